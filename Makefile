@@ -1,0 +1,24 @@
+# The two commands a new user needs: `make demo` (main job on the embedded default) and `make test`.
+# Both create or reuse the virtual environment at .venv (scripts/venv.sh).
+PY := .venv/bin/python
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: venv demo test test-unit bench-quick
+
+venv:
+	@bash scripts/venv.sh test
+
+demo: venv
+	$(PY) scripts/demo.py
+
+test: venv
+	$(PY) -m pytest -q
+
+test-unit: venv
+	$(PY) -m pytest -q tests/unit
+
+bench-quick: venv
+	@for b in $$(ls benchmarks/*.py | xargs -n1 basename | grep -v '^_' | sed 's/\.py$$//'); do \
+	  $(PY) -m benchmarks.$$b --quick --out runs/bench/$$b.json || exit 1; done

@@ -1,0 +1,91 @@
+"""Strict pydantic configs, YAML loading and dotted command-line overrides.
+
+Every job takes one config object. Experiments are small YAML files over the defaults plus
+``--set a.b=value`` overrides; the resolved config is written into the run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Sequence, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+__all__ = ["StrictConfig", "load_config", "apply_overrides", "parse_job_args", "ConfigError", "dump_config"]
+
+C = TypeVar("C", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the field and the problem."""
+
+
+class StrictConfig(BaseModel):
+    """Base for every config: unknown keys are an error, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        nxt = node.get(k)
+        if nxt is None:
+            nxt = node[k] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {dotted!r}: {k!r} is not a section")
+        node = nxt
+    node[keys[-1]] = value
+
+
+def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``key.sub=value`` strings; values are parsed as YAML (so 3, 1e-4, true, [a, b] work)."""
+    out = json.loads(json.dumps(tree))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        key, raw = item.split("=", 1)
+        _set_dotted(out, key.strip(), yaml.safe_load(raw))
+    return out
+
+
+def load_config(cls: type[C], path: str | Path | None = None, overrides: Sequence[str] = ()) -> C:
+    """Read ``path`` (YAML, may be None for the defaults), apply overrides, validate as ``cls``."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        loaded = yaml.safe_load(p.read_text())
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
+        tree = loaded or {}
+    tree = apply_overrides(tree, overrides)
+    try:
+        return cls.model_validate(tree)
+    except ValidationError as exc:
+        where = f" in {path}" if path else ""
+        lines = [f"invalid {cls.__name__}{where}:"]
+        for err in exc.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            lines.append(f"  {loc}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def dump_config(cfg: BaseModel, path: str | Path) -> None:
+    """Write the resolved config as YAML (what a run folder and a checkpoint carry)."""
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+def parse_job_args(cls: type[C], argv: Sequence[str] | None = None, description: str = "") -> C:
+    """The shared ``__main__`` shim: ``--config FILE`` plus repeated ``--set key=value``."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--config", default=None, help="YAML file over the defaults")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="dotted override, e.g. --set train.lr=1e-4 (repeatable)")
+    args = ap.parse_args(argv)
+    return load_config(cls, args.config, args.overrides)

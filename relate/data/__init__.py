@@ -1,0 +1,1 @@
+"""Dataset code: the synthetic world, its lexicon, and readers for native benchmark formats."""

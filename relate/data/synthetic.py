@@ -1,0 +1,391 @@
+"""The synthetic world: seeded procedural scenes whose relations are known exactly.
+
+It is the embedded default and the test bed of the whole loop. Each scene is a small RGB image
+with 3-10 objects drawn as simple shapes, their boxes, and the true relations among them, each
+stated with one of its concept's surface forms (``relate.data.lexicon``). The scenes are built so
+that every family of predicate is present and each is decidable by exactly what it should be:
+
+* spatial (left/right, above/below) from the boxes alone;
+* depth (in front of / behind) only from pixels: the drawing order of overlapping objects is
+  random and independent of size and position, so boxes alone are at chance;
+* appearance (brighter/darker/same colour) only from pixels: colours are independent of
+  category and geometry;
+* contact, proximity and containment satisfy the geometric gate's rules;
+* action and part relations involve people and their body parts (head, hand), which are
+  objects flagged ``is_body_part`` so the gate's body-part rules have something to act on.
+
+A scene depends only on ``(seed, index)``, so a corpus can be built in any order or sharding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from PIL import Image, ImageDraw
+from pydantic import Field, model_validator
+
+from relate import geometry as G
+from relate.config import StrictConfig
+from relate.data.lexicon import CONCEPTS
+
+__all__ = ["SyntheticConfig", "Scene", "make_scene", "split_of", "PALETTE", "CATEGORIES"]
+
+PALETTE: dict[str, tuple[int, int, int]] = {
+    "red": (214, 40, 40), "green": (46, 160, 67), "blue": (40, 90, 220), "yellow": (240, 210, 50),
+    "orange": (245, 130, 30), "purple": (130, 60, 170), "white": (240, 240, 235), "black": (25, 25, 30),
+    "grey": (128, 128, 128), "brown": (120, 75, 35), "pink": (240, 140, 190), "cyan": (60, 200, 210),
+}
+_SKIN = (224, 172, 135)
+FREE_CATEGORIES = ("ball", "cup", "book", "lamp", "plant", "bag", "chair", "dog")
+SMALL_CATEGORIES = ("cup", "book", "ball", "lamp", "plant")
+CATEGORIES = ("person", "head", "hand", "hat", "table", "box") + FREE_CATEGORIES
+
+
+class SyntheticConfig(StrictConfig):
+    """How the synthetic world draws scenes."""
+
+    seed: int = Field(0, description="World seed; a scene depends only on (seed, index).")
+    num_scenes: int = Field(2000, ge=1, description="Number of scenes in the corpus.")
+    min_size: int = Field(128, ge=48, description="Smallest image side in pixels.")
+    max_size: int = Field(224, ge=48, description="Largest image side in pixels.")
+    min_objects: int = Field(3, ge=2, description="Fewest objects per scene (body parts included).")
+    max_objects: int = Field(10, ge=2, description="Most objects per scene (body parts included).")
+    image_format: Literal["png", "jpeg"] = Field("png", description="Encoding of the written images.")
+    split_fractions: tuple[float, float, float] = Field(
+        (0.8, 0.1, 0.1), description="Train/val/test shares, assigned by a hash of the image id.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SyntheticConfig":
+        if self.min_size > self.max_size:
+            raise ValueError(f"min_size ({self.min_size}) must not exceed max_size ({self.max_size})")
+        if self.min_objects > self.max_objects:
+            raise ValueError(f"min_objects ({self.min_objects}) must not exceed max_objects ({self.max_objects})")
+        if abs(sum(self.split_fractions) - 1.0) > 1e-6 or min(self.split_fractions) < 0:
+            raise ValueError(f"split_fractions must be non-negative and sum to 1, got {self.split_fractions}")
+        return self
+
+
+@dataclass
+class _Obj:
+    box: np.ndarray
+    category: str
+    colour: str
+    z: float
+    is_person: bool = False
+    is_body_part: bool = False
+    striped: bool = False
+    parent: int | None = None
+
+
+@dataclass
+class Scene:
+    """One generated scene: the image, its boxes and its true relations."""
+
+    image_id: str
+    image: np.ndarray
+    boxes: list[dict]
+    relations: list[dict]
+    colours: list[str] = field(default_factory=list)
+    depth: list[float] = field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        return int(self.image.shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.image.shape[0])
+
+
+def split_of(image_id: str, fractions: tuple[float, float, float]) -> str:
+    """Deterministic split from a hash of the id (stable under any sharding or ordering)."""
+    u = int(hashlib.blake2b(image_id.encode(), digest_size=8).hexdigest(), 16) / 2.0**64
+    if u < fractions[0]:
+        return "train"
+    return "val" if u < fractions[0] + fractions[1] else "test"
+
+
+class _Builder:
+    """Places objects and records relations for one scene."""
+
+    def __init__(self, rng: np.random.Generator, w: int, h: int, budget: int) -> None:
+        self.rng, self.w, self.h, self.budget = rng, w, h, budget
+        self.objs: list[_Obj] = []
+        self.rels: list[tuple[int, int, str]] = []
+        self.free_colours = list(PALETTE)
+        rng.shuffle(self.free_colours)
+
+    # -- helpers -------------------------------------------------------------------------
+    def room(self, n: int = 1) -> bool:
+        return len(self.objs) + n <= self.budget
+
+    def colour(self) -> str:
+        return self.free_colours.pop() if self.free_colours else str(self.rng.choice(list(PALETTE)))
+
+    def add(self, box, category: str, z: float | None = None, **kw) -> int:
+        b = np.array(box, dtype=np.float64)
+        b[[0, 2]] = np.clip(b[[0, 2]], 0, self.w)
+        b[[1, 3]] = np.clip(b[[1, 3]], 0, self.h)
+        colour = kw.pop("colour", None) or self.colour()
+        z = float(self.rng.uniform(0, 10)) if z is None else z
+        self.objs.append(_Obj(b, category, colour, z, striped=bool(self.rng.random() < 0.3), **kw))
+        return len(self.objs) - 1
+
+    def place(self, bw: float, bh: float, y_lo: float = 0.0, y_hi: float = 1.0) -> list[float]:
+        bw, bh = min(bw, self.w - 1), min(bh, self.h - 1)
+        x1 = self.rng.uniform(0, self.w - bw)
+        y1 = self.rng.uniform(max(0, y_lo * self.h), max(max(0, y_lo * self.h), min(self.h - bh, y_hi * self.h - bh)))
+        return [x1, y1, x1 + bw, y1 + bh]
+
+    def rel(self, s: int, o: int, concept: str, invertible: bool = True) -> None:
+        """Record a relation; a directional concept with an inverse is stated from either end."""
+        inv = CONCEPTS[concept].inverse
+        if invertible and inv is not None and self.rng.random() < 0.5:
+            s, o, concept = o, s, inv
+        self.rels.append((s, o, concept))
+
+    # -- scene parts ---------------------------------------------------------------------
+    def person(self) -> None:
+        pw, ph = self.rng.uniform(0.14, 0.22) * self.w, self.rng.uniform(0.4, 0.6) * self.h
+        for _ in range(10):
+            box = self.place(pw, ph, y_lo=0.15)
+            if all(not o.is_person or G.iou(np.array(box), o.box) < 0.3 for o in self.objs):
+                break
+        else:
+            return
+        z = float(self.rng.uniform(0, 10))
+        p = self.add(box, "person", z, is_person=True)
+        x1, y1, x2, y2 = box
+        head = self.add([x1 + 0.22 * pw, y1, x2 - 0.22 * pw, y1 + 0.24 * ph], "head", z + 0.01,
+                        is_body_part=True, colour="skin", parent=p)
+        hand = self.add([x2 - 0.12 * pw, y1 + 0.45 * ph, x2 + 0.2 * pw, y1 + 0.45 * ph + 0.32 * pw], "hand",
+                        z + 0.02, is_body_part=True, colour="skin", parent=p)
+        self.rels += [(head, p, "part_of"), (hand, p, "part_of")]
+        hb = self.objs[head].box
+        if self.room() and self.rng.random() < 0.5 and y1 - 0.1 * ph >= 0:
+            hat = self.add([hb[0] - 0.08 * pw, y1 - 0.1 * ph, hb[2] + 0.08 * pw, y1 + 0.06 * ph], "hat", z + 0.03, parent=p)
+            self.rels.append((p, hat, "wearing"))
+        if self.room() and self.rng.random() < 0.5:
+            hd = self.objs[hand].box
+            cs = 0.45 * pw
+            cup = self.add([x2 - 0.05 * pw, hd[1] - 0.1 * cs, x2 - 0.05 * pw + cs, hd[1] + 0.9 * cs], "cup", z + 0.04, parent=p)
+            self.rels.append((p, cup, "holding"))
+
+    def table(self) -> None:
+        tw, th = self.rng.uniform(0.35, 0.55) * self.w, self.rng.uniform(0.1, 0.18) * self.h
+        box = self.place(tw, th, y_lo=0.5)
+        z = float(self.rng.uniform(0, 10))
+        t = self.add(box, "table", z)
+        for _ in range(int(self.rng.integers(1, 3))):
+            if not self.room():
+                return
+            s = self.rng.uniform(0.08, 0.14) * min(self.w, self.h)
+            x1 = self.rng.uniform(box[0], max(box[0], box[2] - s))
+            item = self.add([x1, box[1] - s + 1.0, x1 + s, box[1] + 1.0], str(self.rng.choice(SMALL_CATEGORIES)), z + 0.05)
+            self.rels.append((item, t, "on"))
+
+    def container(self) -> None:
+        s = self.rng.uniform(0.2, 0.3) * min(self.w, self.h)
+        box = self.place(s, s)
+        z = float(self.rng.uniform(0, 10))
+        c = self.add(box, "box", z)
+        if self.room():
+            bs = self.rng.uniform(0.4, 0.6) * s
+            x1 = self.rng.uniform(box[0] + 0.05 * s, box[2] - 0.05 * s - bs)
+            y1 = self.rng.uniform(box[1] + 0.05 * s, box[3] - 0.05 * s - bs)
+            ball = self.add([x1, y1, x1 + bs, y1 + bs], "ball", z + 0.05)
+            self.rel(ball, c, "inside")
+
+    def free(self) -> int:
+        s = self.rng.uniform(0.12, 0.26) * min(self.w, self.h)
+        aspect = self.rng.uniform(0.7, 1.4)
+        return self.add(self.place(s * aspect, s), str(self.rng.choice(FREE_CATEGORIES)))
+
+    def touching(self) -> None:
+        anchors = [i for i, o in enumerate(self.objs) if not o.is_body_part and o.parent is None]
+        if not anchors or not self.room():
+            return
+        a = self.objs[int(self.rng.choice(anchors))].box
+        s = self.rng.uniform(0.1, 0.18) * min(self.w, self.h)
+        if a[2] + s > self.w:
+            return
+        y1 = self.rng.uniform(max(0, a[1] - 0.5 * s), min(self.h - s, a[3] - 0.3 * s)) if a[3] - 0.3 * s > max(0, a[1] - 0.5 * s) else a[1]
+        b = self.add([a[2], y1, a[2] + s, y1 + s], "bag")
+        i = anchors[[self.objs[k].box.tolist() for k in anchors].index(a.tolist())]
+        self.rels.append((b, i, "touching") if self.rng.random() < 0.5 else (i, b, "touching"))
+
+    # -- relations that follow from the finished layout ----------------------------------
+    def _related(self) -> set[frozenset[int]]:
+        return {frozenset((s, o)) for s, o, _ in self.rels}
+
+    def derived(self) -> None:
+        """Depth, spatial, proximity and appearance relations among whole (non-part) objects."""
+        whole = [i for i, o in enumerate(self.objs) if not o.is_body_part]
+        if len(whole) < 2:
+            return
+        boxes = np.stack([self.objs[i].box for i in whole])
+        related = self._related()
+        inter = G.intersection_area(boxes[:, None], boxes[None])
+        areas = G.area(boxes)
+        cover = inter / np.maximum(areas[:, None], 1e-6)
+        # Depth: overlapping objects in either stacking order; the order is random (pixel-only).
+        for a in range(len(whole)):
+            for b in range(a + 1, len(whole)):
+                i, j = whole[a], whole[b]
+                if frozenset((i, j)) in related:
+                    continue
+                if inter[a, b] > 0.05 * min(areas[a], areas[b]) and max(cover[a, b], cover[b, a]) < 0.9:
+                    front, back = (i, j) if self.objs[i].z > self.objs[j].z else (j, i)
+                    self.rel(front, back, "in_front_of")
+                    related.add(frozenset((i, j)))
+        # Spatial: each object against its nearest unrelated neighbour, separated on one axis.
+        ctr = G.centres(boxes)
+        dist = np.linalg.norm(ctr[:, None] - ctr[None], axis=-1) + np.eye(len(whole)) * 1e9
+        for a in range(len(whole)):
+            for b in np.argsort(dist[a]):
+                i, j = whole[a], whole[int(b)]
+                if i == j or frozenset((i, j)) in related:
+                    continue
+                gx, gy = G._axis_gaps(boxes[a], boxes[b])
+                dx, dy = ctr[b] - ctr[a]
+                if gx > 0 and abs(dx) >= abs(dy):
+                    self.rel(i, j, "left_of" if dx > 0 else "right_of")
+                elif gy > 0:
+                    self.rel(i, j, "above" if dy > 0 else "below")
+                else:
+                    continue
+                related.add(frozenset((i, j)))
+                break
+        # Proximity: one close, unrelated pair per scene at most.
+        gaps = G.gap(boxes[:, None], boxes[None])
+        diags = G.diag(boxes)
+        cands = [(a, b) for a in range(len(whole)) for b in range(a + 1, len(whole))
+                 if 0 < gaps[a, b] < 0.5 * max(diags[a], diags[b]) and frozenset((whole[a], whole[b])) not in related]
+        if cands and self.rng.random() < 0.6:
+            a, b = cands[int(self.rng.integers(len(cands)))]
+            self.rels.append((whole[a], whole[b], "near"))
+        self._appearance(whole)
+
+    def _appearance(self, whole: list[int]) -> None:
+        lum = {c: 0.299 * r + 0.587 * g + 0.114 * b for c, (r, g, b) in PALETTE.items()}
+        pool = [i for i in whole if self.objs[i].colour in PALETTE]
+        if len(pool) >= 2 and self.rng.random() < 0.4:
+            a, b = self.rng.choice(pool, size=2, replace=False)
+            self.objs[int(b)].colour = self.objs[int(a)].colour
+            self.rels.append((int(a), int(b), "same_colour_as"))
+        pairs = [(i, j) for i in pool for j in pool if i < j and abs(lum[self.objs[i].colour] - lum[self.objs[j].colour]) > 80]
+        for k in self.rng.permutation(len(pairs))[:2]:
+            i, j = pairs[int(k)]
+            hi, lo = (i, j) if lum[self.objs[i].colour] > lum[self.objs[j].colour] else (j, i)
+            self.rel(hi, lo, "brighter_than")
+
+
+def _rgb(rng: np.random.Generator, colour: str) -> tuple[int, int, int]:
+    base = np.array(_SKIN if colour == "skin" else PALETTE[colour], dtype=np.int64)
+    return tuple(int(v) for v in np.clip(base + rng.integers(-12, 13, size=3), 0, 255))
+
+
+def _shade(rgb: tuple[int, int, int], f: float) -> tuple[int, int, int]:
+    return tuple(int(min(255, max(0, c * f))) for c in rgb)  # type: ignore[return-value]
+
+
+def _draw(d: ImageDraw.ImageDraw, o: _Obj, rgb: tuple[int, int, int]) -> None:
+    x1, y1, x2, y2 = (float(v) for v in o.box)
+    w, h = x2 - x1, y2 - y1
+    dark = _shade(rgb, 0.6)
+    c = o.category
+    if c == "person":
+        d.rectangle([x1 + 0.1 * w, y1 + 0.22 * h, x2 - 0.1 * w, y1 + 0.65 * h], fill=rgb)
+        d.rectangle([x1 + 0.2 * w, y1 + 0.65 * h, x2 - 0.2 * w, y2], fill=dark)
+    elif c in ("head", "ball"):
+        d.ellipse([x1, y1, x2, y2], fill=rgb)
+    elif c == "hand":
+        d.ellipse([x1, y1 + 0.15 * h, x2, y2 - 0.15 * h], fill=rgb)
+    elif c == "table":
+        d.rectangle([x1, y1, x2, y1 + 0.3 * h], fill=rgb)
+        d.rectangle([x1 + 0.05 * w, y1, x1 + 0.12 * w, y2], fill=dark)
+        d.rectangle([x2 - 0.12 * w, y1, x2 - 0.05 * w, y2], fill=dark)
+    elif c == "box":
+        d.rectangle([x1, y1, x2, y2], fill=rgb)
+        d.rectangle([x1 + 0.08 * w, y1 + 0.08 * h, x2 - 0.08 * w, y2 - 0.08 * h], fill=dark)
+    elif c == "cup":
+        d.rectangle([x1, y1, x1 + 0.75 * w, y2], fill=rgb)
+        d.arc([x1 + 0.5 * w, y1 + 0.2 * h, x2, y2 - 0.2 * h], -90, 90, fill=rgb, width=max(1, int(0.1 * w)))
+    elif c == "lamp":
+        d.polygon([(x1 + 0.5 * w, y1), (x1, y1 + 0.5 * h), (x2, y1 + 0.5 * h)], fill=rgb)
+        d.rectangle([x1 + 0.45 * w, y1 + 0.5 * h, x1 + 0.55 * w, y2], fill=dark)
+    elif c == "plant":
+        d.ellipse([x1, y1, x2, y1 + 0.65 * h], fill=rgb)
+        d.rectangle([x1 + 0.25 * w, y1 + 0.6 * h, x2 - 0.25 * w, y2], fill=dark)
+    elif c == "chair":
+        d.rectangle([x1, y1, x1 + 0.2 * w, y2], fill=rgb)
+        d.rectangle([x1, y1 + 0.5 * h, x2, y1 + 0.65 * h], fill=rgb)
+        d.rectangle([x2 - 0.15 * w, y1 + 0.5 * h, x2, y2], fill=dark)
+    elif c == "dog":
+        d.ellipse([x1, y1 + 0.25 * h, x1 + 0.8 * w, y1 + 0.75 * h], fill=rgb)
+        d.ellipse([x1 + 0.6 * w, y1, x2, y1 + 0.45 * h], fill=rgb)
+        d.rectangle([x1 + 0.1 * w, y1 + 0.7 * h, x1 + 0.25 * w, y2], fill=dark)
+        d.rectangle([x1 + 0.55 * w, y1 + 0.7 * h, x1 + 0.7 * w, y2], fill=dark)
+    elif c == "hat":
+        d.rectangle([x1 + 0.15 * w, y1, x2 - 0.15 * w, y2 - 0.25 * h], fill=rgb)
+        d.rectangle([x1, y2 - 0.3 * h, x2, y2], fill=dark)
+    elif c == "bag":
+        d.rounded_rectangle([x1, y1 + 0.3 * h, x2, y2], radius=max(1, int(0.15 * w)), fill=rgb)
+        d.arc([x1 + 0.2 * w, y1, x2 - 0.2 * w, y1 + 0.6 * h], 180, 360, fill=dark, width=max(1, int(0.08 * w)))
+    else:  # book and anything new: a plain block with a spine
+        d.rectangle([x1, y1, x2, y2], fill=rgb)
+        d.rectangle([x1, y1, x1 + 0.15 * w, y2], fill=dark)
+    if o.striped and c not in ("head", "hand"):
+        step = max(3, int(min(w, h) / 4))
+        for yy in range(int(y1) + step, int(y2), step):
+            d.line([(x1 + 0.3 * w, yy), (x2 - 0.3 * w, yy)], fill=_shade(rgb, 1.25), width=1)
+
+
+def _background(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+    top, bottom = rng.integers(40, 200, size=3), rng.integers(40, 200, size=3)
+    t = np.linspace(0.0, 1.0, h, dtype=np.float32)[:, None, None]
+    img = (1 - t) * top[None, None] + t * bottom[None, None] + rng.integers(-10, 11, size=(h, 1, 3))
+    return np.broadcast_to(img, (h, w, 3)).clip(0, 255).astype(np.uint8)
+
+
+def make_scene(index: int, cfg: SyntheticConfig) -> Scene:
+    """Build scene ``index`` of the world ``cfg`` (deterministic in ``(cfg.seed, index)``)."""
+    rng = np.random.default_rng([cfg.seed, index])
+    w = int(rng.integers(cfg.min_size, cfg.max_size + 1))
+    h = int(rng.integers(cfg.min_size, cfg.max_size + 1))
+    budget = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
+    b = _Builder(rng, w, h, budget)
+    for _ in range(int(rng.choice([0, 1, 1, 2]))):
+        if b.room(3):
+            b.person()
+    if b.room(2) and rng.random() < 0.5:
+        b.table()
+    if b.room(2) and rng.random() < 0.35:
+        b.container()
+    while len(b.objs) < budget - 1 or len(b.objs) < cfg.min_objects:
+        b.free()
+    if b.room() and rng.random() < 0.5:
+        b.touching()
+    for k, o in enumerate(b.objs):  # strict drawing order: equal depths would make occlusion ambiguous
+        o.z += k * 1e-6
+    b.derived()
+
+    canvas = Image.fromarray(_background(rng, w, h))
+    draw = ImageDraw.Draw(canvas)
+    for o in sorted(b.objs, key=lambda o: o.z):
+        _draw(draw, o, _rgb(rng, o.colour))
+    image_id = f"synth-{cfg.seed}-{index:07d}"
+    boxes = [dict(x1=float(o.box[0]), y1=float(o.box[1]), x2=float(o.box[2]), y2=float(o.box[3]),
+                  category=o.category, is_person=o.is_person, is_body_part=o.is_body_part) for o in b.objs]
+    relations, seen = [], set()
+    for s, o, concept in b.rels:
+        if s == o or (s, o) in seen:
+            continue
+        seen.add((s, o))
+        forms = CONCEPTS[concept].forms
+        relations.append(dict(subject=s, object=o, predicate=forms[int(rng.integers(len(forms)))], concept=concept))
+    return Scene(image_id, np.asarray(canvas), boxes, relations,
+                 colours=[o.colour for o in b.objs], depth=[o.z for o in b.objs])

@@ -1,0 +1,244 @@
+"""The project's Parquet data model: one module owns every table layout and its validation.
+
+Tables (all per image, one row per image, lists inside):
+
+* ``images``      image record + ``boxes`` (+ ``split``).
+* ``corpus``      ``images`` columns + ``relations`` (kept relations, annotator's own strings).
+* ``rejections``  ``image_id`` + ``rejected`` (relation, the gate rule that fired, the pass).
+* ``predictions`` ``image_id`` + ``triplets`` (scored subject/object/predicate with channel scores).
+
+Validation is vectorised over the flattened list columns and reports the first bad values by
+table, row, field and ``image_id`` so that a broken shard can be found without a debugger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "BOX_TYPE", "RELATION_TYPE", "REJECTION_TYPE", "TRIPLET_TYPE",
+    "IMAGE_SCHEMA", "CORPUS_SCHEMA", "REJECTIONS_SCHEMA", "PREDICTIONS_SCHEMA",
+    "PASSES", "GATE_OUTCOMES", "SchemaError",
+    "validate_images", "validate_corpus", "validate_rejections", "validate_predictions",
+    "to_table",
+]
+
+PASSES = ("semantic", "grow", "spatial", "topup", "human")
+GATE_OUTCOMES = ("kept", "swapped", "restated")
+
+BOX_TYPE = pa.struct([
+    ("x1", pa.float32()), ("y1", pa.float32()), ("x2", pa.float32()), ("y2", pa.float32()),
+    ("category", pa.string()), ("is_person", pa.bool_()), ("is_body_part", pa.bool_()),
+])
+RELATION_TYPE = pa.struct([
+    ("subject", pa.int32()), ("object", pa.int32()), ("predicate", pa.string()),
+    ("pass", pa.string()), ("gate", pa.string()), ("score", pa.float32()),
+])
+REJECTION_TYPE = pa.struct([
+    ("subject", pa.int32()), ("object", pa.int32()), ("predicate", pa.string()),
+    ("pass", pa.string()), ("rule", pa.string()),
+])
+TRIPLET_TYPE = pa.struct([
+    ("subject", pa.int32()), ("object", pa.int32()), ("predicate", pa.string()),
+    ("score", pa.float32()), ("spatial_score", pa.float32()), ("semantic_score", pa.float32()),
+])
+
+_IMAGE_FIELDS = [
+    pa.field("image_id", pa.string(), nullable=False),
+    pa.field("uri", pa.string(), nullable=False),
+    pa.field("width", pa.int32(), nullable=False),
+    pa.field("height", pa.int32(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("split", pa.string()),
+    pa.field("boxes", pa.list_(BOX_TYPE), nullable=False),
+]
+IMAGE_SCHEMA = pa.schema(_IMAGE_FIELDS)
+CORPUS_SCHEMA = pa.schema(_IMAGE_FIELDS + [pa.field("relations", pa.list_(RELATION_TYPE), nullable=False)])
+REJECTIONS_SCHEMA = pa.schema([
+    pa.field("image_id", pa.string(), nullable=False),
+    pa.field("rejected", pa.list_(REJECTION_TYPE), nullable=False),
+])
+PREDICTIONS_SCHEMA = pa.schema([
+    pa.field("image_id", pa.string(), nullable=False),
+    pa.field("triplets", pa.list_(TRIPLET_TYPE), nullable=False),
+])
+
+
+class SchemaError(ValueError):
+    """A table does not match the data model; the message names table, row, field and value."""
+
+
+@dataclass(frozen=True)
+class _Where:
+    table: str
+    ids: Sequence[str] | None
+
+    def row(self, i: int) -> str:
+        tag = f"{self.table} row {i}"
+        if self.ids is not None and 0 <= i < len(self.ids):
+            tag += f" (image_id={self.ids[i]!r})"
+        return tag
+
+
+def to_table(rows: Iterable[Mapping[str, Any]] | pa.Table, schema: pa.Schema, *, table: str = "table") -> pa.Table:
+    """Build a typed table from dicts (or cast an existing one), naming missing columns clearly."""
+    if isinstance(rows, pa.Table):
+        missing = [f.name for f in schema if f.name not in rows.column_names and f.name != "split"]
+        if missing:
+            raise SchemaError(f"{table}: missing column(s) {missing}; expected {schema.names}")
+        if "split" in schema.names and "split" not in rows.column_names:
+            rows = rows.append_column("split", pa.nulls(rows.num_rows, pa.string()))
+        try:
+            return rows.select(schema.names).cast(schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise SchemaError(f"{table}: cannot cast to the project schema: {exc}") from None
+    rows = list(rows)
+    for i, r in enumerate(rows):
+        missing = [f.name for f in schema if not f.nullable and f.name not in r]
+        if missing:
+            raise SchemaError(f"{table} row {i}: missing field(s) {missing}")
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        raise SchemaError(f"{table}: a value has the wrong type: {exc}") from None
+
+
+def _first_bad(mask: np.ndarray, parent: np.ndarray, where: _Where, field: str, what: str,
+               values: np.ndarray | None = None, child: np.ndarray | None = None) -> None:
+    """Raise for the first True in ``mask`` (flattened index), naming row and list position."""
+    bad = np.flatnonzero(mask)
+    if bad.size == 0:
+        return
+    k = int(bad[0])
+    row = int(parent[k])
+    pos = f"[{int(child[k])}]" if child is not None else ""
+    v = values[k] if values is not None else None
+    val = f" = {(v.item() if hasattr(v, 'item') else v)!r}" if values is not None else ""
+    more = f" ({bad.size} bad value(s) in total)" if bad.size > 1 else ""
+    raise SchemaError(f"{where.row(row)}: {field}{pos}{val}: {what}{more}")
+
+
+def _flatten(col: pa.ChunkedArray | pa.Array) -> tuple[pa.StructArray, np.ndarray, np.ndarray]:
+    """Flatten a list<struct> column: (values, parent row per value, position within its list)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if arr.null_count:
+        row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        raise SchemaError(f"row {row}: list column is null (use an empty list)")
+    parent = pc.list_parent_indices(arr).to_numpy()
+    offsets = arr.offsets.to_numpy()
+    child = np.arange(parent.size) - offsets[:-1][parent] + offsets[0] if parent.size else parent
+    return arr.flatten(), parent, child
+
+
+def _num(struct: pa.StructArray, name: str) -> np.ndarray:
+    return struct.field(name).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _check_strings(struct: pa.StructArray, name: str, parent, child, where: _Where, field: str,
+                   allowed: Sequence[str] | None = None) -> None:
+    arr = struct.field(name)
+    nulls = arr.is_null().to_numpy(zero_copy_only=False)
+    _first_bad(nulls, parent, where, f"{field}.{name}", "is null", child=child)
+    empty = (pc.utf8_length(pc.utf8_trim_whitespace(arr.fill_null("x"))).to_numpy(zero_copy_only=False) == 0)
+    _first_bad(empty, parent, where, f"{field}.{name}", "is an empty string", child=child)
+    if allowed is not None:
+        vals = arr.to_numpy(zero_copy_only=False)
+        bad = ~np.isin(vals, np.asarray(allowed, dtype=object))
+        _first_bad(bad, parent, where, f"{field}.{name}", f"must be one of {list(allowed)}", vals, child)
+
+
+def _check_pairs(struct, parent, child, n_boxes, where: _Where, field: str) -> None:
+    s = struct.field("subject").to_numpy(zero_copy_only=False)
+    o = struct.field("object").to_numpy(zero_copy_only=False)
+    for name, idx in (("subject", s), ("object", o)):
+        if idx.dtype == object:  # nulls present
+            _first_bad(np.array([v is None for v in idx]), parent, where, f"{field}.{name}", "is null", child=child)
+        nb = n_boxes[parent]
+        bad = (idx < 0) | (idx >= nb)
+        _first_bad(bad, parent, where, f"{field}.{name}",
+                   f"index out of range for the image's boxes (has {nb[bad][0] if bad.any() else 0})", idx, child)
+    _first_bad(s == o, parent, where, field, "self-loop: subject == object", s, child)
+
+
+def _ids(table: pa.Table) -> list[str] | None:
+    return table.column("image_id").to_pylist() if "image_id" in table.column_names else None
+
+
+def validate_images(table: pa.Table, *, name: str = "images") -> np.ndarray:
+    """Check image records and their boxes; returns the number of boxes per image."""
+    where = _Where(name, _ids(table))
+    for col in ("image_id", "uri", "source"):
+        arr = table.column(col).combine_chunks()
+        bad = arr.is_null().to_numpy(zero_copy_only=False) | (pc.utf8_length(arr.fill_null("")).to_numpy(zero_copy_only=False) == 0)
+        _first_bad(bad, np.arange(table.num_rows), where, col, "is null or empty")
+    dup = pc.value_counts(table.column("image_id").combine_chunks())
+    dups = [d["values"] for d in dup.to_pylist() if d["counts"] > 1]
+    if dups:
+        raise SchemaError(f"{name}: duplicate image_id(s) {dups[:5]}")
+    w = table.column("width").to_numpy().astype(np.float64)
+    h = table.column("height").to_numpy().astype(np.float64)
+    rows = np.arange(table.num_rows)
+    _first_bad(w <= 0, rows, where, "width", "must be positive", w)
+    _first_bad(h <= 0, rows, where, "height", "must be positive", h)
+    boxes, parent, child = _flatten(table.column("boxes"))
+    x1, y1, x2, y2 = (_num(boxes, k) for k in ("x1", "y1", "x2", "y2"))
+    for k, v in (("x1", x1), ("y1", y1), ("x2", x2), ("y2", y2)):
+        _first_bad(~np.isfinite(v), parent, where, f"boxes.{k}", "is NaN or infinite", v, child)
+        _first_bad(v < 0, parent, where, f"boxes.{k}", "is negative", v, child)
+    _first_bad(x2 <= x1, parent, where, "boxes.x2", "must be greater than x1 (inverted or empty box)", x2, child)
+    _first_bad(y2 <= y1, parent, where, "boxes.y2", "must be greater than y1 (inverted or empty box)", y2, child)
+    _first_bad(x2 > w[parent] + 0.5, parent, where, "boxes.x2", "lies beyond the image width", x2, child)
+    _first_bad(y2 > h[parent] + 0.5, parent, where, "boxes.y2", "lies beyond the image height", y2, child)
+    return pc.list_value_length(table.column("boxes").combine_chunks()).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def validate_corpus(table: pa.Table, *, name: str = "corpus") -> None:
+    """Images and boxes as :func:`validate_images`, plus every relation against its boxes."""
+    n_boxes = validate_images(table, name=name)
+    where = _Where(name, _ids(table))
+    rel, parent, child = _flatten(table.column("relations"))
+    _check_pairs(rel, parent, child, n_boxes, where, "relations")
+    _check_strings(rel, "predicate", parent, child, where, "relations")
+    _check_strings(rel, "pass", parent, child, where, "relations", PASSES)
+    _check_strings(rel, "gate", parent, child, where, "relations", GATE_OUTCOMES)
+    score = _num(rel, "score")
+    present = ~rel.field("score").is_null().to_numpy(zero_copy_only=False)
+    _first_bad(present & ~np.isfinite(score), parent, where, "relations.score", "is NaN or infinite", score, child)
+
+
+def validate_rejections(table: pa.Table, n_boxes: Mapping[str, int] | None = None, *, name: str = "rejections") -> None:
+    """Rejections keep the relation as proposed, so only types, strings and the rule are checked
+    (indices may legitimately be out of range: that is often why a candidate was rejected)."""
+    where = _Where(name, _ids(table))
+    rej, parent, child = _flatten(table.column("rejected"))
+    _check_strings(rej, "rule", parent, child, where, "rejected")
+    _check_strings(rej, "pass", parent, child, where, "rejected", PASSES)
+
+
+def validate_predictions(table: pa.Table, n_boxes: Mapping[str, int] | None = None, *,
+                         name: str = "predictions") -> None:
+    """Scores must be finite; indices in range when the image's box counts are given."""
+    missing = [c for c in PREDICTIONS_SCHEMA.names if c not in table.column_names]
+    if missing:
+        raise SchemaError(f"{name}: missing column(s) {missing}; expected {PREDICTIONS_SCHEMA.names}")
+    where = _Where(name, _ids(table))
+    tri, parent, child = _flatten(table.column("triplets"))
+    for k in ("score", "spatial_score", "semantic_score"):
+        v = _num(tri, k)
+        present = ~tri.field(k).is_null().to_numpy(zero_copy_only=False)
+        _first_bad(present & ~np.isfinite(v), parent, where, f"triplets.{k}", "is NaN or infinite", v, child)
+    _first_bad(tri.field("score").is_null().to_numpy(zero_copy_only=False), parent, where,
+               "triplets.score", "is null", child=child)
+    _check_strings(tri, "predicate", parent, child, where, "triplets")
+    if n_boxes is not None:
+        ids = table.column("image_id").to_pylist()
+        unknown = [i for i in ids if i not in n_boxes]
+        if unknown:
+            raise SchemaError(f"{name}: image_id(s) not in the ground truth: {unknown[:5]}")
+        nb = np.array([n_boxes[i] for i in ids], dtype=np.int64)
+        _check_pairs(tri, parent, child, nb, where, "triplets")
