@@ -14,6 +14,7 @@ demo: venv
 	$(PY) scripts/demo.py
 
 test: venv
+	@bash scripts/system_deps.sh
 	$(PY) -m pytest -q
 
 test-unit: venv

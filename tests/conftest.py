@@ -13,11 +13,11 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 import pytest  # noqa: E402
 
-_TIER = {"unit": "unit", "ray": "ray", "gpu": "gpu"}
+_TIER = {"unit": "unit", "ray": "ray", "gpu": "gpu", "e2e": "e2e"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by its folder (tests/unit, tests/ray, tests/gpu); skip gpu without CUDA."""
+    """Mark each test by its folder (tests/unit, tests/ray, tests/gpu, tests/e2e); skip gpu without CUDA."""
     try:
         import torch
 

@@ -1,0 +1,18 @@
+"""Human audit of a relation corpus: stratified sampling, a durable verdict store, the report."""
+
+from relate.audit.report import (agreement, build_audit_report, format_audit_report, item_labels,
+                                 report_from_store, stratified_estimate, wilson_interval)
+from relate.audit.sampler import (BUCKETS, OTHER_FAMILY, STRATUM_KEYS, AuditBatch, AuditSampleConfig,
+                                  bucket_of, family_of, load_audit_batch, relation_table, sample_audit_batch,
+                                  stratum_counts, verify_batch, verify_corpus, write_audit_batch)
+from relate.audit.store import (VERDICTS, AuditStoreError, UnknownItemError, VerdictStore, check_auditor,
+                                open_verdict_store)
+
+__all__ = [
+    "AuditSampleConfig", "AuditBatch", "STRATUM_KEYS", "BUCKETS", "OTHER_FAMILY", "family_of", "bucket_of",
+    "relation_table", "stratum_counts", "sample_audit_batch", "write_audit_batch", "load_audit_batch",
+    "verify_batch", "verify_corpus",
+    "VERDICTS", "VerdictStore", "AuditStoreError", "UnknownItemError", "open_verdict_store", "check_auditor",
+    "wilson_interval", "item_labels", "agreement", "stratified_estimate", "build_audit_report",
+    "report_from_store", "format_audit_report",
+]

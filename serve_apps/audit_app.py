@@ -1,0 +1,201 @@
+"""A small standalone web app for the human audit of a relation corpus.
+
+``python -m serve_apps.audit_app --corpus DIR --batch FILE --db FILE [--host 127.0.0.1 --port 8765]``
+
+One relation at a time: the image with the subject box (orange, tag S) and the object box (blue,
+tag O) drawn server-side, the predicate in words, true / false / unsure / undo by button or key.
+Verdicts go straight into the SQLite store (one transaction each), so closing the browser or
+restarting the server loses nothing. Images are looked up from the corpus by item id; the client
+never names a path. The auditor does not see the pass, gate or stratum (a blind audit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from PIL import Image, ImageDraw, ImageFont
+from pydantic import BaseModel, ConfigDict, Field
+
+from relate.audit.report import report_from_store
+from relate.audit.sampler import load_audit_batch, verify_batch
+from relate.audit.store import VERDICTS, AuditStoreError, UnknownItemError, VerdictStore, open_verdict_store
+from relate.config import StrictConfig
+from relate.data.corpus import corpus_dir, read_corpus
+
+__all__ = ["AuditAppConfig", "make_audit_app", "main", "SUBJECT_COLOUR", "OBJECT_COLOUR"]
+
+STATIC_DIR = Path(__file__).parent / "static" / "audit"
+# Okabe-Ito orange and blue: distinguishable with the common colour-vision deficiencies.
+SUBJECT_COLOUR = (230, 159, 0)
+OBJECT_COLOUR = (0, 114, 178)
+
+
+class AuditAppConfig(StrictConfig):
+    """Where the corpus, batch and verdict database live, and how the page is served."""
+
+    corpus: str = Field(..., description="Corpus folder (run folder or its corpus/) the batch was drawn from.")
+    batch: str = Field(..., description="Audit batch file written by relate.audit.sampler (.json or .parquet).")
+    db: str = Field(..., description="SQLite verdict database (created if missing; one batch per file).")
+    host: str = Field("127.0.0.1", description="Interface to bind; loopback unless you mean to share the page.")
+    port: int = Field(8765, ge=0, le=65535, description="TCP port to listen on.")
+    display_side: int = Field(560, ge=64, le=4096, description="Images are scaled so their longer side is this many px.")
+    confidence: float = Field(0.95, gt=0, lt=1, description="Confidence level of the report's intervals.")
+
+
+class _Verdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    auditor: str = Field(..., description="Auditor name.")
+    item_id: str = Field(..., description="Item being judged (as shown on the page).")
+    verdict: str = Field(..., description=f"One of {list(VERDICTS)}.")
+
+
+class _Undo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    auditor: str = Field(..., description="Auditor whose latest verdict is withdrawn.")
+
+
+def _image_index(corpus_root: str, image_ids: set[str], table) -> dict[str, dict[str, Any]]:
+    """image_id -> local path and boxes, for the batch's images only (checked at start-up)."""
+    root = corpus_dir(corpus_root).parent
+    out: dict[str, dict[str, Any]] = {}
+    for row in table.select(["image_id", "uri", "boxes"]).to_pylist():
+        if row["image_id"] not in image_ids:
+            continue
+        uri = row["uri"][7:] if row["uri"].startswith("file://") else row["uri"]
+        path = Path(uri) if Path(uri).is_absolute() else root / uri
+        if not path.is_file():
+            raise FileNotFoundError(f"image {row['image_id']!r}: {row['uri']!r} is not a local file; "
+                                    "the audit app serves local corpora only")
+        out[row["image_id"]] = {"path": path, "boxes": row["boxes"]}
+    return out
+
+
+def _render(path: Path, boxes: list[dict], subject: int, obj: int, side: int) -> bytes:
+    """PNG of the image scaled to ``side`` with the subject and object boxes and S/O tags."""
+    img = Image.open(path).convert("RGB")
+    scale = side / max(img.size)
+    img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BICUBIC)
+    draw = ImageDraw.Draw(img)
+    width = max(2, side // 160)
+    font = ImageFont.load_default(size=max(12, side // 28))
+    for idx, colour, tag in ((obj, OBJECT_COLOUR, "O"), (subject, SUBJECT_COLOUR, "S")):
+        b = boxes[idx]
+        x1, y1, x2, y2 = (b[k] * scale for k in ("x1", "y1", "x2", "y2"))
+        draw.rectangle([x1 - 1, y1 - 1, x2 + 1, y2 + 1], outline=(0, 0, 0), width=width + 2)  # contrast halo
+        draw.rectangle([x1, y1, x2, y2], outline=colour, width=width)
+        tx, ty = x1, max(0.0, y1 - font.size - 6)
+        tw = draw.textlength(tag, font=font)
+        draw.rectangle([tx, ty, tx + tw + 8, ty + font.size + 6], fill=colour)
+        draw.text((tx + 4, ty + 2), tag, fill=(255, 255, 255), font=font)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _view(item: dict[str, Any], images: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What the page may see of an item (no pass, gate or stratum: the audit is blind)."""
+    boxes = images[item["image_id"]]["boxes"]
+    return {"item_id": item["item_id"], "position": item["position"], "predicate": item["predicate"],
+            "subject": {"index": item["subject"], "category": boxes[item["subject"]]["category"]},
+            "object": {"index": item["object"], "category": boxes[item["object"]]["category"]}}
+
+
+def make_audit_app(cfg: AuditAppConfig) -> FastAPI:
+    """Load and check batch and corpus, open the store, and return the FastAPI app (not started)."""
+    batch = load_audit_batch(cfg.batch)
+    corpus = read_corpus(cfg.corpus)
+    corpus_strata = verify_batch(batch, corpus)
+    images = _image_index(cfg.corpus, set(batch.items.column("image_id").to_pylist()), corpus)
+    store = open_verdict_store(cfg.db, batch)
+    app = FastAPI(title="Relation audit", version="1")
+    app.state.store = store
+
+    @lru_cache(maxsize=256)
+    def png(item_id: str) -> bytes:
+        item = store.item(item_id)
+        im = images[item["image_id"]]
+        return _render(im["path"], im["boxes"], item["subject"], item["object"], cfg.display_side)
+
+    _add_routes(app, store, images, png, lambda: report_from_store(store, corpus_strata, cfg.confidence))
+    app.mount("/static/audit", StaticFiles(directory=STATIC_DIR), name="audit-static")
+    return app
+
+
+def _add_routes(app: FastAPI, store: VerdictStore, images: dict[str, dict[str, Any]],
+                png: Callable[[str], bytes], make_report: Callable[[], dict[str, Any]]) -> None:
+    """The page, the JSON endpoints and the image endpoint (items only by id, never by path)."""
+
+    @app.exception_handler(AuditStoreError)
+    async def _bad_input(_: Request, exc: AuditStoreError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404 if isinstance(exc, UnknownItemError) else 400)
+
+    def state(auditor: str) -> dict[str, Any]:
+        nxt = store.next_item(auditor)
+        return {"item": None if nxt is None else _view(nxt, images), "progress": store.progress(auditor)}
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    @app.get("/api/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True, "items": store.num_items()}
+
+    @app.get("/api/next")
+    def next_item(auditor: str = Query(..., description="Auditor name.")) -> dict[str, Any]:
+        return state(auditor)
+
+    @app.get("/api/progress")
+    def progress(auditor: str = Query(..., description="Auditor name.")) -> dict[str, Any]:
+        return store.progress(auditor)
+
+    @app.post("/api/verdict")
+    def verdict(body: _Verdict) -> dict[str, Any]:
+        store.record(body.auditor, body.item_id, body.verdict)
+        return state(body.auditor)
+
+    @app.post("/api/undo")
+    def undo(body: _Undo) -> dict[str, Any]:
+        item_id = store.undo(body.auditor)
+        # Show the withdrawn item again (not merely the first open one) so undo feels like undo.
+        out = state(body.auditor)
+        if item_id is not None:
+            out["item"] = _view(store.item(item_id), images)
+        out["undone"] = item_id
+        return out
+
+    @app.get("/api/report")
+    def report() -> dict[str, Any]:
+        return make_report()
+
+    @app.get("/api/image", response_class=Response)
+    def image(item_id: str = Query(..., description="Item id from the batch.")) -> Response:
+        return Response(png(item_id), media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse the command line, build the app and serve it with uvicorn until interrupted."""
+    import uvicorn
+
+    ap = argparse.ArgumentParser(description="Audit corpus relations in the browser.")
+    ap.add_argument("--corpus", required=True, help="corpus folder the batch was drawn from")
+    ap.add_argument("--batch", required=True, help="audit batch file (.json or .parquet)")
+    ap.add_argument("--db", required=True, help="SQLite verdict database")
+    ap.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback)")
+    ap.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    args = ap.parse_args(argv)
+    cfg = AuditAppConfig(corpus=args.corpus, batch=args.batch, db=args.db, host=args.host, port=args.port)
+    app = make_audit_app(cfg)
+    print(f"audit page: http://{cfg.host}:{cfg.port}/", flush=True)
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,255 @@
+"""End to end: a real browser audits a batch through the page, the server is killed and restarted
+midway, and the report must equal a computation done by hand from the clicks and the corpus.
+
+Needs ``pip install playwright`` and Debian's ``/usr/bin/chromium`` (``apt-get install -y
+chromium``); Playwright's own browser download is not used. Set ``AUDIT_SCREENSHOT=path.png`` to
+also save the page screenshot there (the README's picture is made this way).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+CHROMIUM = "/usr/bin/chromium"
+if not Path(CHROMIUM).is_file():
+    pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing: pip install playwright")
+
+from relate.audit.sampler import AuditSampleConfig, sample_audit_batch, write_audit_batch  # noqa: E402
+from relate.data.synthetic import SyntheticConfig, make_scene  # noqa: E402
+from relate.schema import CORPUS_SCHEMA, to_table  # noqa: E402
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+STRATA = ("pass", "gate")
+
+
+def _corpus(root: Path) -> None:
+    """Four synthetic scenes; pass and gate vary by relation so there are four strata."""
+    world = SyntheticConfig(seed=11, num_scenes=4, min_size=120, max_size=160)
+    (root / "images").mkdir(parents=True)
+    rows = []
+    for i in range(4):
+        s = make_scene(i, world)
+        path = root / "images" / f"{s.image_id}.png"
+        Image.fromarray(s.image).save(path)
+        rels = [dict(subject=r["subject"], object=r["object"], predicate=r["predicate"], score=None,
+                     gate=("kept", "swapped")[(j // 2) % 2], **{"pass": ("semantic", "spatial")[j % 2]})
+                for j, r in enumerate(s.relations)]
+        rows.append(dict(image_id=s.image_id, uri=str(path), width=s.width, height=s.height,
+                         source="synthetic", split="train", boxes=s.boxes, relations=rels))
+    (root / "corpus" / "train").mkdir(parents=True)
+    pq.write_table(to_table(rows, CORPUS_SCHEMA), root / "corpus" / "train" / "part-0.parquet")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    def __init__(self, args: list[str], port: int, log: Path) -> None:
+        self.args, self.port, self.log, self.proc = args, port, log, None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "serve_apps.audit_app", *self.args, "--port", str(self.port)],
+                                     cwd=REPO, env=env, stdout=self.log.open("a"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"server exited: {self.log.read_text()[-2000:]}"
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/api/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError(f"server did not come up: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL, not a polite shutdown: durability must not depend on a clean exit."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def _shown(page) -> str:
+    return page.locator("#relation").get_attribute("data-item-id")
+
+
+def _wait(page, judged: int, item: str | None = None) -> None:
+    page.wait_for_function("n => document.getElementById('progress-text').textContent.startsWith(n + ' /')",
+                           arg=judged, timeout=10_000)
+    if item is not None:
+        page.wait_for_function("id => document.getElementById('relation').dataset.itemId === id", arg=item,
+                               timeout=10_000)
+
+
+def _wilson(k: int, n: int, z: float) -> list[float]:
+    p = k / n
+    c = (p + z * z / (2 * n)) / (1 + z * z / n)
+    h = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return [max(0.0, c - h), min(1.0, c + h)]
+
+
+def _hand_report(verdicts: dict[str, dict[str, str]], stratum: dict[str, str], corpus: Path) -> dict:
+    """What the report must say, computed here from the recorded clicks and the raw Parquet."""
+    z = 1.959963984540054
+    big = collections.Counter(f"pass={r['pass']}|gate={r['gate']}" for row in
+                              pq.read_table(corpus / "corpus").column("relations").to_pylist() for r in row)
+    labels = {}
+    for item in set().union(*verdicts.values()):
+        vs = [v[item] for v in verdicts.values() if item in v]
+        t, f = vs.count("true"), vs.count("false")
+        labels[item] = "true" if t > f else "false" if f > t else None
+    cells = collections.defaultdict(lambda: [0, 0])
+    for item, lab in labels.items():
+        if lab is not None:
+            cells[stratum[item]][0] += lab == "true"
+            cells[stratum[item]][1] += 1
+    wsum = sum(big[h] for h in cells)
+    est = sum(big[h] / wsum * k / n for h, (k, n) in cells.items())
+    var = sum((big[h] / wsum) ** 2 * ((k + z * z / 2) / (n + z * z)) * (1 - (k + z * z / 2) / (n + z * z))
+              / (n + z * z) * (big[h] - n) / (big[h] - 1) for h, (k, n) in cells.items())
+    a, b = sorted(verdicts)
+    common = sorted(set(verdicts[a]) & set(verdicts[b]))
+    ya, yb = [verdicts[a][i] for i in common], [verdicts[b][i] for i in common]
+    po = sum(x == y for x, y in zip(ya, yb)) / len(common)
+    pe = sum(ya.count(c) * yb.count(c) for c in ("true", "false", "unsure")) / len(common) ** 2
+    k_all, n_all = sum(c[0] for c in cells.values()), sum(c[1] for c in cells.values())
+    return {"cells": {h: tuple(c) for h, c in cells.items()}, "big": big, "overall": (k_all, n_all),
+            "overall_ci": _wilson(k_all, n_all, z), "estimate": est,
+            "estimate_ci": [max(0, est - z * math.sqrt(var)), min(1, est + z * math.sqrt(var))],
+            "kappa": (po - pe) / (1 - pe), "unresolved": sum(v is None for v in labels.values()),
+            "wilson": {h: _wilson(k, n, z) for h, (k, n) in cells.items()}}
+
+
+def _drive(page, server: _Server, rec: dict[str, dict[str, str]]) -> None:
+    """Alice audits with mouse and keys, undoes three times, survives a server kill; then Bob."""
+    page.goto(f"http://127.0.0.1:{server.port}/")
+    page.fill("#auditor", "alice")
+    page.press("#auditor", "Enter")
+    _wait(page, 0)
+    order = []
+
+    def act(what: str, judged: int, verdict: str, click: bool = False) -> None:
+        rec["alice"][_shown(page)] = verdict
+        order.append(_shown(page))
+        page.click(what) if click else page.keyboard.press(what)
+        _wait(page, judged)
+
+    act("#btn-true", 1, "true", click=True)
+    act("f", 2, "false")
+    act("u", 3, "unsure")
+    d = _shown(page)
+    act("#btn-false", 4, "false", click=True)
+    page.keyboard.press("z")                      # undo by key: D comes back
+    _wait(page, 3, d)
+    act("t", 4, "true")
+    page.keyboard.press("Backspace")              # undo by the other key
+    _wait(page, 3, d)
+    act("#btn-false", 4, "false", click=True)
+    page.click("#btn-unsure")                     # a verdict, then undo by mouse
+    _wait(page, 5)
+    page.click("#btn-undo")
+    _wait(page, 4)
+    next_item = _shown(page)
+
+    server.kill()                                 # the server dies midway ...
+    server.start()                                # ... and comes back on the same files
+    page.reload()                                 # the name comes back from localStorage
+    _wait(page, 4, next_item)
+    assert page.input_value("#auditor") == "alice"
+    act("t", 5, "true")
+    act("#btn-true", 6, "true", click=True)
+    act("f", 7, "false")
+
+    page.fill("#auditor", "bob")                  # a second person on the same batch
+    page.press("#auditor", "Enter")
+    _wait(page, 0, order[0])
+    for n, (key, verdict) in enumerate([("t", "true"), ("f", "false"), ("t", "true"), ("f", "false"),
+                                        ("f", "false")], start=1):
+        rec["bob"][_shown(page)] = verdict
+        page.keyboard.press(key)
+        _wait(page, n)
+    page.wait_for_function("document.getElementById('scene').complete && "
+                           "document.getElementById('scene').naturalWidth > 0")
+
+
+def _check(report: dict, hand: dict) -> None:
+    rows = {r["stratum"]: r for r in report["strata"]}
+    assert {h: (r["true"], r["n"]) for h, r in rows.items() if r["n"]} == hand["cells"]
+    for h, r in rows.items():
+        assert r["corpus_relations"] == hand["big"][h]
+        if r["n"]:
+            assert r["ci"] == pytest.approx(hand["wilson"][h])
+    assert (report["overall"]["true"], report["overall"]["n"]) == hand["overall"]
+    assert report["overall"]["ci"] == pytest.approx(hand["overall_ci"])
+    assert report["corpus_estimate"]["precision"] == pytest.approx(hand["estimate"])
+    assert report["corpus_estimate"]["ci"] == pytest.approx(hand["estimate_ci"])
+    assert report["agreement"][0]["kappa"] == pytest.approx(hand["kappa"])
+    assert report["unresolved_items"] == hand["unresolved"]
+
+
+def test_audit_in_the_browser(tmp_path):
+    t0 = time.monotonic()
+    corpus = tmp_path / "run"
+    _corpus(corpus)
+    from relate.data.corpus import read_corpus
+
+    batch = sample_audit_batch(read_corpus(corpus), AuditSampleConfig(strata=STRATA, per_stratum=3, seed=1))
+    assert batch.items.num_rows == 12 and len(batch.corpus_strata) == 4
+    bfile = write_audit_batch(batch, tmp_path / "batch.json")
+    stratum = dict(zip(batch.items.column("item_id").to_pylist(), batch.items.column("stratum").to_pylist()))
+    db = tmp_path / "verdicts.sqlite"
+    server = _Server(["--corpus", str(corpus), "--batch", str(bfile), "--db", str(db)], _free_port(),
+                     tmp_path / "server.log")
+    base = f"http://127.0.0.1:{server.port}"
+    rec: dict[str, dict[str, str]] = {"alice": {}, "bob": {}}
+    shot = tmp_path / "audit_page.png"
+    server.start()
+    try:
+        with sync_api.sync_playwright() as pw:
+            ctx = pw.chromium.launch_persistent_context(tempfile.mkdtemp(dir=tmp_path), executable_path=CHROMIUM,
+                                                        headless=True, args=ARGS, viewport={"width": 1100, "height": 700})
+            page = ctx.new_page()
+            _drive(page, server, rec)
+            page.screenshot(path=str(shot))
+            ctx.close()
+        server.kill()
+        server.start()                                    # second restart: read everything back
+        for who, mine in rec.items():
+            prog = httpx.get(base + "/api/progress", params={"auditor": who}).json()
+            assert prog["judged"] == len(mine), (who, prog)
+            assert prog["counts"] == {v: list(mine.values()).count(v) for v in ("true", "false", "unsure")}
+        report = httpx.get(base + "/api/report").json()
+    finally:
+        server.kill()
+
+    assert len(rec["alice"]) == 7 and len(rec["bob"]) == 5
+    _check(report, _hand_report(rec, stratum, corpus))
+    undone = sqlite3.connect(db).execute("SELECT COUNT(*) FROM verdicts WHERE undone_at IS NOT NULL").fetchone()[0]
+    assert undone == 3                                    # three undos, kept as history
+    assert Image.open(shot).size == (1100, 700)
+    if os.environ.get("AUDIT_SCREENSHOT"):
+        Path(os.environ["AUDIT_SCREENSHOT"]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, os.environ["AUDIT_SCREENSHOT"])
+    assert time.monotonic() - t0 < 90
