@@ -1,0 +1,364 @@
+"""OV-SGG-Bench: score any number of systems on the six axes in parallel Ray tasks (seed 001, 5-6).
+
+    ray job submit -- python -m eval_jobs.ovsgg --config eval_jobs/configs/ovsgg.yaml
+
+Every system is a set of prediction Parquet files (PREDICTIONS_SCHEMA, one per benchmark), so a
+baseline's exported output is scored by exactly the code that scores ours. Stages:
+
+1. read each benchmark from its native layout (one CPU task each);
+2. optional inference: ``predict_fn(corpus, vocabulary) -> predictions table`` writes the
+   missing Parquet files of one system (GPU-sized tasks); this is where a trained model plugs in;
+3. score every (system, benchmark) cell (CPU tasks, ``num_cpus_per_task`` each);
+4. chance-correct, combine into OVS with leave-one-axis-out, and write ``results.json``, the
+   Table-3-style ``table.md`` and ``radar.png``.
+
+Every recall cell is graph-constrained unless the config says otherwise, and says which it is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import Field, model_validator
+
+from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.data.readers import BenchmarkData, read_benchmark
+from relate.metrics import (chance_correct, composite, evaluate_federated, evaluate_open_vocab, evaluate_recall,
+                            evaluate_spatial, leave_one_axis_out, load_cells, load_detections, load_ground_truth,
+                            load_predictions, pair_recall_ceiling, prior_violation_check, ratio_to_reference,
+                            recall_chance, shared_triplet_mass)
+from relate.metrics.openvocab import calibrate_synonym_threshold
+
+__all__ = ["BenchmarkSpec", "SystemSpec", "InferenceSpec", "SynonymSpec", "OVSGGConfig", "score_cell",
+           "axis_scores", "load_benchmark", "relate_api_predict", "main"]
+
+PredictFn = Callable[[pa.Table, list[str]], pa.Table]
+AXES = ("A1", "A2", "A3", "A4", "A5", "A6")
+
+
+class BenchmarkSpec(StrictConfig):
+    name: str = Field(description="key systems use for this benchmark's predictions file")
+    axis: Literal["A1", "A2", "A3", "A4", "A6"] = Field(description="the axis this benchmark scores")
+    reader: str = Field(description="registered reader (vg150, indoorvg, psg, haystack, hico_det, "
+                                    "spatialsense) or 'parquet' for a CORPUS_SCHEMA file")
+    path: str = Field(description="native dataset folder/file, or the corpus Parquet for reader 'parquet'")
+    split: str = Field(default="test", description="split to evaluate")
+    detections: str | None = Field(default=None, description="A4: IMAGE_SCHEMA Parquet of the shared detector's boxes")
+    iou_threshold: float = Field(default=0.5, gt=0, le=1, description="A4: IoU for a detection to match a GT box")
+    require_category: bool = Field(default=False, description="A4: the detected class must agree as well")
+    min_support: int = Field(default=5, ge=1, description="A2: positives a predicate needs to enter mean fAP")
+    vocabulary_size: int | None = Field(default=None, ge=1, description="V for the 1/V recall chance "
+                                        "(default: the benchmark's own predicate list)")
+    reader_options: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="extra keyword arguments of the reader, e.g. h5_name, box_scale, "
+                                          "boxes_from, json_name (see relate.data.readers)")
+
+    @model_validator(mode="after")
+    def _a4_needs_detections(self) -> "BenchmarkSpec":
+        if self.axis == "A4" and not self.detections:
+            raise ValueError(f"benchmark {self.name!r}: axis A4 needs 'detections' (the shared detector's boxes)")
+        return self
+
+
+class SystemSpec(StrictConfig):
+    name: str = Field(description="system name in the tables")
+    predictions: dict[str, str] = Field(default_factory=dict, description="benchmark name -> predictions Parquet")
+    a5: float | None = Field(default=None, ge=0, description="A5 from its own job: judged bits per image "
+                             "divided by the annotation's bits (enters the composite when present)")
+    train_corpus: str | None = Field(default=None, description="CORPUS_SCHEMA Parquet of this system's "
+                                     "training data, for the shared triplet mass beside its A1 cells")
+
+
+class InferenceSpec(StrictConfig):
+    system: str = Field(description="the system whose missing prediction files inference writes")
+    predict_fn: str = Field(default="eval_jobs.ovsgg:relate_api_predict",
+                            description="'module:function' taking (regions table, vocabulary[, checkpoint=]) "
+                                        "and returning a PREDICTIONS_SCHEMA table")
+    out_dir: str = Field(default="predictions", description="folder (under out_dir) for the written files")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs per inference task")
+    num_cpus: float = Field(default=1.0, gt=0, description="CPUs per inference task")
+    checkpoint: str | None = Field(default=None, description="checkpoint folder passed to predict_fn as "
+                                   "checkpoint=... (the default predict_fn loads it with relate.api)")
+
+
+class SynonymSpec(StrictConfig):
+    encoder: str = Field(default="minilm", description="text encoder (relate.text.encoders) defining the space")
+    groups: str = Field(default="lexicon", description="'lexicon' (synthetic world) or a JSON {group: [strings]} "
+                                                       "file to calibrate the threshold on")
+    threshold: float | None = Field(default=None, description="fixed cosine threshold; only valid for 'encoder'")
+
+
+class OVSGGConfig(StrictConfig):
+    out_dir: str = Field(default="runs/ovsgg", description="where results.json, table.md and radar.png go")
+    benchmarks: list[BenchmarkSpec] = Field(default_factory=list, description="benchmarks and their axes")
+    systems: list[SystemSpec] = Field(default_factory=list, description="our model and any baselines")
+    ks: list[int] = Field(default=[20, 50, 100], description="recall cut-offs")
+    headline_k: int = Field(default=50, description="K of the headline cells (F1@K, wR@K, mR@K)")
+    graph_constrained: bool = Field(default=True, description="graph-constrained recall (the protocol default)")
+    matcher: Literal["one_to_one", "legacy"] = Field(default="one_to_one", description="triplet matcher")
+    num_cpus_per_task: float = Field(default=0.5, gt=0, description="CPUs per scoring task")
+    inference: InferenceSpec | None = Field(default=None, description="optional model inference step")
+    synonyms: SynonymSpec = Field(default_factory=SynonymSpec, description="A3 synonym matcher")
+    prior_watch: list[str] = Field(default_factory=list, description="H.3: predicates that need contact (e.g. "
+                                   "'wearing'); their disjoint-box rate is compared with the system's training data")
+    use_ray: bool = Field(default=True, description="run stages as Ray tasks (False: in-process, for debugging)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "OVSGGConfig":
+        names = [b.name for b in self.benchmarks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"benchmark names must be unique, got {names}")
+        if self.headline_k not in self.ks:
+            raise ValueError(f"headline_k={self.headline_k} must be one of ks={self.ks}")
+        for s in self.systems:
+            unknown = sorted(set(s.predictions) - set(names))
+            if unknown:
+                raise ValueError(f"system {s.name!r}: predictions for unknown benchmark(s) {unknown}; have {names}")
+        if self.inference and self.inference.system not in [s.name for s in self.systems]:
+            raise ValueError(f"inference.system {self.inference.system!r} is not a configured system")
+        return self
+
+
+# --------------------------------------------------------------------------- stage bodies (Ray-free)
+
+def load_benchmark(spec: BenchmarkSpec) -> BenchmarkData:
+    if spec.reader == "parquet":
+        from relate.schema import CORPUS_SCHEMA, to_table
+
+        t = to_table(pq.read_table(spec.path), CORPUS_SCHEMA, table=spec.path)
+        preds = tuple(sorted({r["predicate"] for rel in t.column("relations").to_pylist() for r in rel}))
+        return BenchmarkData(spec.name, t, None, preds)
+    kw: dict[str, Any] = {"split": spec.split, **spec.reader_options}
+    if spec.reader == "hico_det" and spec.axis == "A2":
+        kw["cells"] = True
+    try:
+        return read_benchmark(spec.reader, spec.path, **kw)
+    except TypeError as exc:  # an option the reader does not take
+        raise ValueError(f"benchmark {spec.name!r}: reader {spec.reader!r} rejected options {sorted(kw)}: {exc}") from None
+
+
+def _embed_fn(encoder: str):
+    from relate.text.encoders import load_text_encoder
+
+    enc = load_text_encoder(encoder)
+    return lambda strings: enc.encode(list(strings))
+
+
+def _synonym_groups(spec: SynonymSpec) -> dict[str, list[str]]:
+    if spec.groups == "lexicon":
+        from relate.data.lexicon import CONCEPTS
+
+        return {c.name: list(c.forms) for c in CONCEPTS.values()}
+    return json.loads(Path(spec.groups).read_text())
+
+
+def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.Table, cfg: OVSGGConfig,
+               train: str | pa.Table | None = None) -> dict:
+    """All metrics of one system on one benchmark, for its axis."""
+    gt = load_ground_truth(bench.corpus)
+    V = spec.vocabulary_size or bench.vocabulary_size or int(gt.predicates.size)
+    out: dict[str, Any] = {"axis": spec.axis, "benchmark": spec.name, "vocabulary_size": V}
+    rk = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, matcher=cfg.matcher)
+    if spec.axis == "A4":
+        det = load_detections(pq.read_table(spec.detections), gt, name=spec.detections)
+        nb = dict(zip(gt.image_ids.tolist(), det.n_boxes.tolist()))
+        preds = load_predictions(predictions, gt, n_boxes=nb)
+        out["recall"] = evaluate_recall(gt, preds, detections=det, iou_threshold=spec.iou_threshold,
+                                        require_category=spec.require_category, **rk).to_dict()
+        out["pair_recall"] = pair_recall_ceiling(gt, det, iou_threshold=spec.iou_threshold,
+                                                 one_to_one=cfg.matcher == "one_to_one",
+                                                 require_category=spec.require_category)
+        return out
+    preds = load_predictions(predictions, gt)
+    if spec.axis == "A1":
+        out["recall"] = evaluate_recall(gt, preds, **rk).to_dict()
+        if train is not None:
+            train = pq.read_table(train) if isinstance(train, str) else train
+            out["triplet_mass"] = shared_triplet_mass(train, bench.corpus)
+            if cfg.prior_watch:  # H.3: a prior the training data states, checked on the output
+                out["prior_violation"] = prior_violation_check(train, gt, preds, set(cfg.prior_watch),
+                                                               top_k=cfg.headline_k)
+    elif spec.axis in ("A2", "A6"):
+        if bench.cells is None:
+            raise ValueError(f"benchmark {spec.name!r} ({spec.reader}) has no labelled cells; axis {spec.axis} needs them")
+        cells = load_cells(bench.cells, gt, name=f"{spec.name} cells")
+        out["federated" if spec.axis == "A2" else "spatial"] = (
+            evaluate_federated(cells, preds, min_support=spec.min_support) if spec.axis == "A2"
+            else evaluate_spatial(cells, preds))
+    elif spec.axis == "A3":
+        embed = _embed_fn(cfg.synonyms.encoder)
+        from relate.metrics.openvocab import SynonymMatcher
+
+        matcher = (SynonymMatcher(cfg.synonyms.threshold, cfg.synonyms.encoder) if cfg.synonyms.threshold is not None
+                   else calibrate_synonym_threshold(embed, _synonym_groups(cfg.synonyms), space=cfg.synonyms.encoder))
+        m = matcher.match_matrix(embed, list(preds.vocab), list(gt.predicates), space=cfg.synonyms.encoder)
+        out["open_vocab"] = evaluate_open_vocab(gt, preds, m, ks=cfg.ks, graph_constrained=cfg.graph_constrained,
+                                                vocabulary_size=spec.vocabulary_size)
+        out["open_vocab"]["threshold"] = matcher.threshold
+    return out
+
+
+def _cell_axis(c: dict, k: int) -> tuple[float, float]:
+    """(raw headline, chance-corrected) of one cell (5.4: 1/V for recall, prevalence for fAP,
+    0.5 for AUC; A4 divided by the pair-recall ceiling)."""
+    ax = c["axis"]
+    if ax == "A1":
+        x = c["recall"]["metrics"][f"F1@{k}"]
+        return x, chance_correct(x, recall_chance(c["vocabulary_size"]))
+    if ax == "A2":
+        f = c["federated"]
+        return f["fAP"], chance_correct(f["fAP"], f["prevalence"])
+    if ax == "A3":
+        m = c["open_vocab"]["metrics"]
+        return m[f"mR@{k}"], chance_correct(m[f"mR@{k}"], recall_chance(int(m["vocabulary_size"])))
+    if ax == "A4":
+        w, ceil = c["recall"]["metrics"][f"wR@{k}"], c["pair_recall"]["ceiling"]
+        return w, ratio_to_reference(w, ceil) if ceil > 0 else 0.0
+    auc = c["spatial"]["macro_auc"]
+    return auc, chance_correct(auc, 0.5)
+
+
+_MEASURES = {"A1": "F1@{k}", "A2": "mean fAP", "A3": "open-vocab mR@{k}", "A4": "wR@{k} / pair-recall ceiling",
+             "A6": "macro AUC"}
+
+
+def axis_scores(cells: list[dict], a5: float | None, k: int) -> dict[str, dict]:
+    """Raw headline and chance-corrected value per axis, each averaged over that axis's
+    benchmarks (A1 enters as F1@K averaged over its sources, 5.4). NaN cells become None."""
+    axes: dict[str, dict] = {}
+    for ax in ("A1", "A2", "A3", "A4", "A6"):
+        vals = []
+        for c in cells:
+            if c["axis"] == ax:
+                try:
+                    vals.append(_cell_axis(c, k))
+                except ValueError:  # e.g. no predicate reached min_support: no defined chance level
+                    vals.append((float("nan"), float("nan")))
+        if vals:
+            raw, norm = (float(np.mean(v)) for v in zip(*vals))
+            axes[ax] = {"raw": raw, "norm": None if math.isnan(norm) else norm,
+                        "measure": _MEASURES[ax].format(k=k) + (" (mean over benchmarks)" if len(vals) > 1 else "")}
+    if a5 is not None:
+        axes["A5"] = {"raw": a5, "norm": float(min(max(a5, 0.0), 1.0)), "measure": "share of annotation bits"}
+    return axes
+
+
+def _load_predict_fn(path: str) -> PredictFn:
+    mod, _, fn = path.partition(":")
+    if not fn:
+        raise ValueError(f"predict_fn must look like 'package.module:function', got {path!r}")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def relate_api_predict(regions: pa.Table, vocabulary: list[str], checkpoint: str | None = None) -> pa.Table:
+    """Default predict_fn: the trained relation model through relate.api (GT or detector boxes)."""
+    if checkpoint is None:
+        raise ValueError("inference.checkpoint is required by the default predict_fn")
+    from relate.api import load_model
+
+    return load_model(checkpoint).predict_table(regions, vocabulary)
+
+
+def _regions(spec: BenchmarkSpec, bench: BenchmarkData) -> pa.Table:
+    """What the model is given: the GT boxes, or for A4 the shared detector's boxes (no labels
+    are needed by our model; a baseline may read the detector's categories)."""
+    if not spec.detections:
+        return bench.corpus
+    from relate.schema import CORPUS_SCHEMA
+
+    det = pq.read_table(spec.detections)
+    det = det.append_column("relations", pa.array([[] for _ in range(det.num_rows)],
+                                                  type=CORPUS_SCHEMA.field("relations").type))
+    ids = set(bench.corpus.column("image_id").to_pylist())
+    keep = [i in ids for i in det.column("image_id").to_pylist()]
+    return det.filter(pa.array(keep)).select(CORPUS_SCHEMA.names)
+
+
+def _run_inference(spec: BenchmarkSpec, bench: BenchmarkData, predict_fn: PredictFn | str, out: str,
+                   checkpoint: str | None = None) -> str:
+    fn = _load_predict_fn(predict_fn) if isinstance(predict_fn, str) else predict_fn
+    kw = {"checkpoint": checkpoint} if checkpoint is not None else {}
+    table = fn(_regions(spec, bench), list(bench.predicates), **kw)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out)
+    return out
+
+
+# --------------------------------------------------------------------------- orchestration
+
+def _stages(cfg: OVSGGConfig):
+    """Return (read, infer, score) callables: Ray remote functions or plain ones."""
+    if not cfg.use_ray:
+        return (lambda s: load_benchmark(s)), _run_inference, score_cell, (lambda x: x)
+    import ray
+
+    if not ray.is_initialized():
+        ray.init()
+    read = ray.remote(num_cpus=cfg.num_cpus_per_task)(load_benchmark)
+    inf = cfg.inference
+    if inf and inf.num_gpus > ray.cluster_resources().get("GPU", 0):
+        # not an error: an autoscaling cluster adds GPU nodes once the tasks are pending
+        logging.getLogger(__name__).warning("inference asks for %s GPU(s) per task; the cluster has %s now",
+                                            inf.num_gpus, ray.cluster_resources().get("GPU", 0))
+    infer = ray.remote(num_cpus=inf.num_cpus if inf else 1, num_gpus=inf.num_gpus if inf else 0)(_run_inference)
+    score = ray.remote(num_cpus=cfg.num_cpus_per_task)(score_cell)
+    return (lambda s: read.remote(s)), (lambda *a: infer.remote(*a)), (lambda *a: score.remote(*a)), ray.get
+
+
+def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
+    """Run the benchmark; returns the results dict also written to ``out_dir/results.json``."""
+    from eval_jobs.report import write_radar, write_table
+
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dump_config(cfg, out / "config.yaml")
+    read, infer, score, get = _stages(cfg)
+    benches = {b.name: read(b) for b in cfg.benchmarks}
+    specs = {b.name: b for b in cfg.benchmarks}
+    preds = {s.name: dict(s.predictions) for s in cfg.systems}
+    if cfg.inference is not None:  # stage 2: the only place a model runs
+        fn = predict_fn or cfg.inference.predict_fn
+        todo = [b for b in specs if b not in preds[cfg.inference.system]]
+        paths = [infer(specs[b], benches[b], fn, str(out / cfg.inference.out_dir / f"{b}.parquet"),
+                       cfg.inference.checkpoint) for b in todo]
+        preds[cfg.inference.system].update(dict(zip(todo, get(paths) if paths else [])))
+    train = {s.name: s.train_corpus for s in cfg.systems}
+    jobs = {(s, b): score(specs[b], benches[b], p, cfg, train[s]) for s, ps in preds.items() for b, p in ps.items()}
+    done = dict(zip(jobs, get(list(jobs.values())))) if jobs else {}
+    systems: dict[str, dict] = {}
+    for s in cfg.systems:
+        cells = [done[(s.name, b.name)] for b in cfg.benchmarks if (s.name, b.name) in done]
+        axes = axis_scores(cells, s.a5, cfg.headline_k)
+        normed = {a: v["norm"] for a, v in axes.items() if v["norm"] is not None and a != "A3"}
+        comp = composite(normed).to_dict() if normed else None
+        systems[s.name] = {"cells": {c["benchmark"]: c for c in cells}, "axes": axes, "composite": comp}
+    norm = {n: {a: v["norm"] for a, v in r["axes"].items()} for n, r in systems.items() if r["composite"]}
+    result = {"protocol": {"mode": "graph_constrained" if cfg.graph_constrained else "unconstrained",
+                           "matcher": cfg.matcher, "headline_k": cfg.headline_k},
+              "systems": systems, "leave_one_axis_out": leave_one_axis_out(norm) if norm else []}
+    (out / "results.json").write_text(json.dumps(result, indent=1, default=_json_default))
+    write_table(result, cfg, out / "table.md")
+    write_radar(result, out / "radar.png")
+    return result
+
+
+def _json_default(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+if __name__ == "__main__":
+    _cfg = parse_job_args(OVSGGConfig, description="OV-SGG-Bench: six axes + OVS composite")
+    main(_cfg)
+    print((Path(_cfg.out_dir) / "table.md").read_text())

@@ -1,0 +1,34 @@
+"""OV-SGG-Bench metrics (seed 001, sections 5-6, App. D), vectorised over flattened tables.
+
+One concept per module: recall (R/mR/F1/wR@K, buckets, matchers), pairs (pair-recall ceiling),
+mass (shared triplet mass), baseline (frequency baseline), edges (per-edge accuracy and join),
+federated (fAP, P-AUC, coverage), openvocab (synonym matching, MRR, median rank), spatial
+(macro / pooled AUC), composite (chance correction, OVS), calibration (Platt, ECE), priors (H.3).
+"""
+
+from relate.metrics._boxmatch import Detections, box_map, load_detections
+from relate.metrics._tables import GroundTruth, Predictions, load_ground_truth, load_predictions
+from relate.metrics.baseline import FrequencyBaseline, fit_frequency_baseline
+from relate.metrics.calibration import (PlattParams, apply_platt, expected_calibration_error, fit_platt,
+                                        platt_out_of_fold)
+from relate.metrics.composite import (COMPOSITE_AXES, Composite, chance_correct, composite, harmonic_mean,
+                                      leave_one_axis_out, ratio_to_reference, recall_chance)
+from relate.metrics.edges import edge_accuracy, edge_correct, edge_join
+from relate.metrics.federated import LabelledCells, evaluate_federated, load_cells, score_cells
+from relate.metrics.mass import shared_triplet_mass
+from relate.metrics.openvocab import SynonymMatcher, calibrate_synonym_threshold, evaluate_open_vocab, rank_of_truth
+from relate.metrics.pairs import pair_recall_ceiling
+from relate.metrics.priors import prior_violation_check
+from relate.metrics.recall import MATCHERS, RecallResult, evaluate_recall, rank_predictions
+from relate.metrics.spatial import evaluate_spatial, spatial_auc
+
+__all__ = [
+    "GroundTruth", "Predictions", "Detections", "LabelledCells", "load_ground_truth", "load_predictions",
+    "load_detections", "load_cells", "box_map", "MATCHERS", "RecallResult", "evaluate_recall",
+    "rank_predictions", "pair_recall_ceiling", "shared_triplet_mass", "FrequencyBaseline",
+    "fit_frequency_baseline", "edge_accuracy", "edge_correct", "edge_join", "evaluate_federated",
+    "score_cells", "SynonymMatcher", "calibrate_synonym_threshold", "evaluate_open_vocab", "rank_of_truth",
+    "evaluate_spatial", "spatial_auc", "COMPOSITE_AXES", "Composite", "chance_correct", "composite",
+    "harmonic_mean", "leave_one_axis_out", "ratio_to_reference", "recall_chance", "PlattParams",
+    "apply_platt", "expected_calibration_error", "fit_platt", "platt_out_of_fold", "prior_violation_check",
+]
