@@ -1,0 +1,60 @@
+"""One interface for every VLM annotator backend, plus the registry that builds them from config.
+
+A backend turns a batch of (marked image, prompt) requests into raw text, one string per
+request; parsing and gating happen downstream, identically for every backend. The vLLM path is
+different by design: on a GPU cluster it is a ``ray.data.llm`` processor stage in the dataset
+graph (see :mod:`actors.vlm.vllm_data`), not an object with a ``generate`` method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from relate.registry import Registry
+
+__all__ = ["VLMRequest", "VLMBackend", "VLM_BACKENDS", "create_backend"]
+
+
+@dataclass(frozen=True)
+class VLMRequest:
+    """One call: the marked image (PNG bytes), the rendered prompt, and what it is about.
+
+    ``boxes``, ``reference`` and ``draft`` are context. Real backends ignore them (they only see
+    pixels and text); the scripted annotator of the synthetic world reads ``reference`` (the
+    world's true relations) and ``draft`` (relations proposed by earlier passes).
+    """
+
+    image_png: bytes
+    prompt: str
+    image_id: str
+    pass_name: str
+    boxes: Sequence[dict] = ()
+    reference: Sequence[dict] = ()
+    draft: Sequence[tuple[int, str, int]] = field(default_factory=tuple)
+    id_base: int = 1
+
+
+@runtime_checkable
+class VLMBackend(Protocol):
+    """What every annotator backend provides: raw text per request, same order, never fewer."""
+
+    def generate(self, requests: Sequence[VLMRequest]) -> list[str]:
+        ...
+
+
+VLM_BACKENDS: Registry[Any] = Registry("VLM backend")
+
+
+def create_backend(cfg: Any) -> VLMBackend:
+    """Instantiate the backend a :class:`actors.vlm.configs.VLMConfig` selects.
+
+    Not for ``vllm``: on GPU clusters generation is a ``ray.data.llm`` processor stage
+    (:func:`actors.vlm.vllm_data.build_vllm_processor`).
+    """
+    if cfg.backend == "vllm":
+        raise ValueError("backend 'vllm' runs as a ray.data.llm processor stage; "
+                         "use actors.vlm.vllm_data.build_vllm_processor instead of create_backend")
+    import actors.vlm  # noqa: F401  (registers the backends)
+
+    return VLM_BACKENDS.get(cfg.backend)(getattr(cfg, cfg.backend))

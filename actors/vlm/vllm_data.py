@@ -1,0 +1,64 @@
+"""vLLM on GPU clusters through ``ray.data.llm``: the engine is a Ray Data processor stage.
+
+We do not hand-roll engine actors, batching or chat templating: ``vLLMEngineProcessorConfig``
+plus ``build_processor`` provide them. This module only maps our config onto theirs and our
+rows (``prompt``, marked ``image_png``) onto OpenAI-style chat messages with the image as a
+data URL, which vLLM's multimodal stage decodes. ``vllm`` itself is imported by Ray's stages on
+the GPU workers; nothing here imports it, so the configuration can be built and tested anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from actors.vlm.configs import VLLMConfig
+
+__all__ = ["build_vllm_processor_config", "build_vllm_processor", "vllm_preprocess", "TEXT_COLUMN"]
+
+TEXT_COLUMN = "vlm_text"
+
+
+def build_vllm_processor_config(cfg: VLLMConfig) -> Any:
+    """The ``ray.data.llm.vLLMEngineProcessorConfig`` for ``cfg`` (multimodal stage enabled)."""
+    from ray.data.llm import PrepareMultimodalStageConfig, vLLMEngineProcessorConfig
+
+    return vLLMEngineProcessorConfig(
+        model_source=cfg.model_source,
+        engine_kwargs=dict(cfg.engine_kwargs),
+        batch_size=cfg.batch_size,
+        concurrency=cfg.concurrency,
+        accelerator_type=cfg.accelerator_type,
+        runtime_env=cfg.runtime_env,
+        prepare_multimodal_stage=PrepareMultimodalStageConfig(enabled=True),
+        chat_template_stage=True,
+        tokenize_stage=True,
+        detokenize_stage=True,
+        should_continue_on_error=True,  # a failed row becomes an unusable output, not a dead job
+    )
+
+
+def vllm_preprocess(row: dict, cfg: VLLMConfig) -> dict:
+    """Row with ``prompt`` and ``image_png`` -> the same row plus chat ``messages`` and sampling."""
+    url = "data:image/png;base64," + base64.b64encode(row["image_png"]).decode("ascii")
+    s = cfg.sampling
+    return dict(row,
+                messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                       {"type": "text", "text": row["prompt"]}]}],
+                sampling_params=dict(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens))
+
+
+def _postprocess(row: dict) -> dict:
+    out = {k: v for k, v in row.items() if k not in ("messages", "sampling_params", "prompt_token_ids",
+                                                     "generated_tokens", "generated_text", "multimodal_data")}
+    out[TEXT_COLUMN] = str(row.get("generated_text") or "")
+    return out
+
+
+def build_vllm_processor(cfg: VLLMConfig) -> Any:
+    """An unstarted ``ray.data.llm`` Processor: ``processor(ds)`` adds the ``vlm_text`` column."""
+    from ray.data.llm import build_processor
+
+    return build_processor(build_vllm_processor_config(cfg),
+                           preprocess=lambda row: vllm_preprocess(row, cfg),
+                           postprocess=_postprocess)
