@@ -1,0 +1,232 @@
+"""The Python API: load a trained relation model and score (subject, predicate, object) triplets.
+
+``load_model(folder)`` returns a ``RelationPredictor``; ``predict(image, regions, vocabulary=None,
+topk=50, threshold=None, decompose=False)`` scores ordered region pairs against any vocabulary of
+strings, and ``set_vocabulary(strings)`` swaps the default one (embedded with the checkpoint's own
+text encoder). ``predict_table`` scores a corpus table for evaluation and training validation, so
+serving, evaluation and validation all reach the one score of Eq. 6 through the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.nn.functional as F
+
+from relate.model.model import RelationModel
+from relate.model.score import Calibration, relation_score
+from relate.schema import PREDICTIONS_SCHEMA
+
+__all__ = ["RelationPredictor", "load_model", "prepare_image", "ImageScores"]
+
+
+def _as_array(image) -> np.ndarray:
+    """A path, PIL image or array -> uint8 (H, W, 3)."""
+    if isinstance(image, (str, Path)):
+        from PIL import Image
+
+        with Image.open(image) as im:
+            return np.asarray(im.convert("RGB"))
+    if hasattr(image, "convert"):
+        return np.asarray(image.convert("RGB"))
+    return np.asarray(image)
+
+
+def prepare_image(image, size: int, interpolation: str = "bicubic") -> torch.Tensor:
+    """uint8 (H, W, 3) array, PIL image or path -> float (3, size, size) in [0, 1]."""
+    arr = _as_array(image)
+    if arr.ndim != 3 or arr.shape[2] != 3:
+        raise ValueError(f"image must be (H, W, 3) RGB, got shape {arr.shape}")
+    t = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1).float().div_(255.0)
+    mode = interpolation if interpolation in ("bilinear", "bicubic") else "bilinear"
+    out = F.interpolate(t[None], size=(size, size), mode=mode, antialias=True, align_corners=False)[0]
+    return out.clamp_(0, 1)
+
+
+def _regions(regions, h: int, w: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Boxes (N, 4) pixels, list of box dicts, or boolean masks (N, H, W) -> (boxes, masks)."""
+    if isinstance(regions, list) and regions and isinstance(regions[0], dict):
+        regions = [[r["x1"], r["y1"], r["x2"], r["y2"]] for r in regions]
+    arr = np.asarray(regions)
+    if arr.ndim == 3:
+        if arr.shape[1:] != (h, w):
+            raise ValueError(f"masks must be (N, {h}, {w}) to match the image, got {arr.shape}")
+        masks = arr.astype(bool)
+        boxes = np.zeros((len(masks), 4), np.float32)
+        for i, m in enumerate(masks):
+            ys, xs = np.nonzero(m)
+            if xs.size == 0:
+                raise ValueError(f"mask {i} is empty")
+            boxes[i] = [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+        return boxes, masks
+    if arr.ndim != 2 or (arr.size and arr.shape[1] != 4):
+        raise ValueError(f"regions must be boxes (N, 4), box dicts or masks (N, H, W); got shape {arr.shape}")
+    boxes = arr.astype(np.float32).reshape(-1, 4)
+    bad = (boxes[:, 2] <= boxes[:, 0]) | (boxes[:, 3] <= boxes[:, 1])
+    if bad.any():
+        raise ValueError(f"regions {np.flatnonzero(bad).tolist()[:10]} are empty or inverted (need x2 > x1, y2 > y1)")
+    return boxes, None
+
+
+@dataclass
+class ImageScores:
+    """Raw per-image outputs over the kept pairs (numpy): everything Eq. 6 and decompose need."""
+
+    pairs: np.ndarray  # (P, 2)
+    l_pred: np.ndarray  # (P, V)
+    l_pair: np.ndarray  # (P,)
+    l_spa: np.ndarray  # (P, V) tau * cos_spa + beta
+    l_sem: np.ndarray  # (P, V) tau * cos_sem + beta
+
+
+class RelationPredictor:
+    """A trained model, its text encoder and bank, and its calibration, ready to score images."""
+
+    def __init__(self, model: RelationModel, bank, calibration: Calibration = Calibration(),
+                 device: str = "cpu", batch_size: int = 8) -> None:
+        self.model = model.to(device).eval()
+        self.device = device
+        self.calibration = calibration
+        self.batch_size = batch_size
+        self.text_encoder = bank.encoder
+        self._banks: dict[tuple[str, ...], tuple[object, torch.Tensor, torch.Tensor]] = {}
+        self.bank = bank
+        self._default = self._install(bank)
+
+    @property
+    def vocabulary(self) -> tuple[str, ...]:
+        return tuple(self._default[0].strings)
+
+    def _install(self, bank):
+        """Cache the bank tensor and its gate alpha_p = g(e_p), computed once per vocabulary."""
+        key = tuple(bank.strings)
+        if key not in self._banks:
+            mat = bank.tensor(self.device)
+            with torch.no_grad():
+                alpha = self.model.head.gate(mat)
+            self._banks[key] = (bank, mat, alpha)
+        return self._banks[key]
+
+    def _bank_for(self, vocabulary: Sequence[str] | None):
+        if vocabulary is None:
+            return self._default
+        key = tuple(str(s).strip() for s in vocabulary)
+        if key not in self._banks:
+            from relate.text.bank import build_bank
+
+            self._install(build_bank(key, encoder_name=self.text_encoder))
+        return self._banks[key]
+
+    def set_vocabulary(self, strings: Sequence[str]) -> None:
+        """Make ``strings`` the default vocabulary (embedded by the checkpoint's encoder)."""
+        if not strings:
+            raise ValueError("set_vocabulary needs at least one string")
+        self._default = self._bank_for(strings)
+
+    @torch.no_grad()
+    def score_images(self, images: Sequence, regions: Sequence, vocabulary: Sequence[str] | None = None
+                     ) -> list[ImageScores]:
+        """Forward a list of images with their regions; returns raw logits per image."""
+        size = self.model.preprocessing.img_size
+        interp = self.model.preprocessing.interpolation
+        _, mat, alpha = self._bank_for(vocabulary)
+        out: list[ImageScores] = []
+        for start in range(0, len(images), self.batch_size):
+            chunk = list(range(start, min(start + self.batch_size, len(images))))
+            out.extend(self._score_chunk([images[i] for i in chunk], [regions[i] for i in chunk], size, interp, mat, alpha))
+        return out
+
+    def _score_chunk(self, images, regions, size, interp, mat, alpha) -> list[ImageScores]:
+        arrays = [_as_array(im) for im in images]
+        parsed = [_regions(r, a.shape[0], a.shape[1]) for r, a in zip(regions, arrays)]
+        n = max(max((len(b) for b, _ in parsed), default=0), 2)
+        imgs = torch.stack([prepare_image(a, size, interp) for a in arrays]).to(self.device)
+        boxes = torch.zeros(len(arrays), n, 4)
+        valid = torch.zeros(len(arrays), n, dtype=torch.bool)
+        use_masks = any(m is not None for _, m in parsed)
+        masks = torch.zeros(len(arrays), n, size, size) if use_masks else None
+        for k, ((bx, m), a) in enumerate(zip(parsed, arrays)):
+            sx, sy = size / a.shape[1], size / a.shape[0]
+            boxes[k, : len(bx)] = torch.from_numpy(bx * np.array([sx, sy, sx, sy], np.float32))
+            valid[k, : len(bx)] = True
+            if m is not None:
+                masks[k, : len(bx)] = F.interpolate(torch.from_numpy(m).float()[None], size=(size, size))[0]
+            elif masks is not None:  # boxes only for this image: rasterise the boxes
+                for i, (x1, y1, x2, y2) in enumerate(boxes[k, : len(bx)].round().long().tolist()):
+                    masks[k, i, y1:max(y2, y1 + 1), x1:max(x2, x1 + 1)] = 1
+        res = self.model(imgs, boxes.to(self.device), valid.to(self.device), mat, alpha=alpha,
+                         masks=None if masks is None else masks.to(self.device))
+        head = self.model.head
+        tau, beta = head.tau, head.beta
+        out = []
+        for k in range(len(arrays)):
+            ok = res.sampled.valid[k]
+            sc = res.scores
+            out.append(ImageScores(res.pairs[k][ok].cpu().numpy(), sc.logits[k][ok].float().cpu().numpy(),
+                                   res.l_pair[k][ok].float().cpu().numpy(),
+                                   (tau * sc.cos_spa[k][ok] + beta).float().cpu().numpy(),
+                                   (tau * sc.cos_sem[k][ok] + beta).float().cpu().numpy()))
+        return out
+
+    def _triplets(self, s: ImageScores, strings, l_pred, topk: int, threshold: float | None,
+                  per_pair: int | None = None) -> list[dict]:
+        w = self.model.cfg.pair_weight
+        score = relation_score(l_pred, s.l_pair, w, self.calibration)
+        spa = relation_score(s.l_spa, s.l_pair, w, self.calibration)
+        sem = relation_score(s.l_sem, s.l_pair, w, self.calibration)
+        if per_pair is not None:  # each pair's best predicates (what graph-constrained recall reads)
+            cols = np.argsort(-score, axis=1, kind="stable")[:, :per_pair]
+            rows = np.repeat(np.arange(score.shape[0]), cols.shape[1])
+            cols = cols.reshape(-1)
+        else:
+            flat = np.argsort(-score, axis=None, kind="stable")[:topk]
+            rows, cols = np.unravel_index(flat, score.shape)
+        trip = [{"subject": int(s.pairs[r, 0]), "object": int(s.pairs[r, 1]), "predicate": strings[c],
+                 "score": float(score[r, c]), "spatial_score": float(spa[r, c]), "semantic_score": float(sem[r, c])}
+                for r, c in zip(rows, cols)]
+        return [t for t in trip if threshold is None or t["score"] >= threshold]
+
+    def predict(self, image, regions, vocabulary: Sequence[str] | None = None, topk: int = 50,
+                threshold: float | None = None, decompose: bool = False):
+        """Scored triplets, best first; with ``decompose`` a {"layout", "content"} pair of graphs."""
+        if threshold is not None and not self.calibration.fitted:
+            raise ValueError("threshold needs a calibrated checkpoint: this one's Platt (a, b) are not fitted "
+                             "(scores rank correctly but are not probabilities); pass threshold=None")
+        if topk <= 0:
+            raise ValueError(f"topk must be positive, got {topk}")
+        bank = self._bank_for(vocabulary)[0]
+        s = self.score_images([image], [regions], vocabulary)[0]
+        if s.pairs.shape[0] == 0:
+            return {"layout": [], "content": []} if decompose else []
+        if decompose:
+            return {"layout": self._triplets(s, bank.strings, s.l_spa, topk, threshold),
+                    "content": self._triplets(s, bank.strings, s.l_sem, topk, threshold)}
+        return self._triplets(s, bank.strings, s.l_pred, topk, threshold)
+
+    def predict_table(self, table: pa.Table, vocabulary: Sequence[str] | None = None, per_pair: int = 3) -> pa.Table:
+        """Score every image of a corpus table (GT boxes) -> PREDICTIONS_SCHEMA table."""
+        uris, boxes = table.column("uri").to_pylist(), table.column("boxes").to_pylist()
+        scores = self.score_images(uris, boxes, vocabulary)
+        return self.scores_to_table(table.column("image_id").to_pylist(), scores, vocabulary, per_pair)
+
+    def scores_to_table(self, image_ids: Sequence[str], scores: Sequence[ImageScores],
+                        vocabulary: Sequence[str] | None = None, per_pair: int = 3) -> pa.Table:
+        """Each kept pair contributes its ``per_pair`` best predicates (Eq. 6 scores); graph-constrained
+        metrics read only the first of each pair."""
+        strings = self._bank_for(vocabulary)[0].strings
+        rows = [{"image_id": i, "triplets": self._triplets(s, strings, s.l_pred, 0, None, per_pair)
+                 if s.pairs.shape[0] else []} for i, s in zip(image_ids, scores)]
+        return pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA)
+
+
+def load_model(folder: str | Path, device: str = "cpu", batch_size: int = 8) -> RelationPredictor:
+    """Load a checkpoint folder (config, weights, bank, calibration) into a predictor."""
+    from relate.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(folder, map_location="cpu")
+    return RelationPredictor(ck.model, ck.bank, ck.calibration, device=device, batch_size=batch_size)

@@ -1,0 +1,75 @@
+"""The zero-initialised, gated deformable scene read of App. A.2.
+
+Each pair predicts, per head, ``points`` sampling offsets around each of four anchors (subject,
+object, union, contact), in units of that anchor's half-extent and unbounded (the anchors are a
+prior, not a constraint). Points start on rings of distinct angles and radii per head so their
+gradients differ from step one. Attention spans the 4*points reads plus ``null_slots`` learned
+values (reading nothing in particular). The result is added through a gate initialised at zero,
+so training starts from the model without the read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from relate.model.config import DeformableConfig
+
+__all__ = ["DeformableRead", "ring_offsets"]
+
+N_ANCHORS = 4
+
+
+def ring_offsets(heads: int, points: int, r_min: float, r_max: float) -> torch.Tensor:
+    """(heads, 4, points, 2) initial offsets: per head a ring with its own radius and phase."""
+    out = torch.zeros(heads, N_ANCHORS, points, 2)
+    for h in range(heads):
+        radius = r_min + (r_max - r_min) * (h / max(heads - 1, 1))
+        for k in range(points):
+            ang = 2 * math.pi * (k / points + h / (heads * points))
+            out[h, :, k, 0] = radius * math.cos(ang)
+            out[h, :, k, 1] = radius * math.sin(ang)
+    return out
+
+
+class DeformableRead(nn.Module):
+    def __init__(self, dim: int, cfg: DeformableConfig) -> None:
+        super().__init__()
+        self.h, self.k, self.nulls = cfg.heads, cfg.points, cfg.null_slots
+        self.offsets = nn.Linear(dim, self.h * N_ANCHORS * self.k * 2)
+        nn.init.zeros_(self.offsets.weight)
+        with torch.no_grad():
+            self.offsets.bias.copy_(ring_offsets(self.h, self.k, cfg.ring_min, cfg.ring_max).flatten())
+        self.weights = nn.Linear(dim, self.h * (N_ANCHORS * self.k + self.nulls))
+        self.value = nn.Linear(dim, dim)
+        self.null_values = nn.Parameter(torch.randn(self.h, max(self.nulls, 1), dim // self.h) * 0.02)
+        self.out = nn.Linear(dim, dim)
+        self.gate = nn.Parameter(torch.zeros(()))  # A.2: zero-initialised, its own gradient decides
+
+    def sample_locations(self, x: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+        """x (B, P, d), anchors (B, P, 4, 4) normalised boxes -> (B, P, H, 4, K, 2) in [0, 1] units."""
+        b, p, _ = x.shape
+        off = self.offsets(x).view(b, p, self.h, N_ANCHORS, self.k, 2)
+        centre = (anchors[..., :2] + anchors[..., 2:]) * 0.5
+        half = ((anchors[..., 2:] - anchors[..., :2]) * 0.5).clamp(min=1e-3)
+        return centre[:, :, None, :, None, :] + off * half[:, :, None, :, None, :]
+
+    def forward(self, x: torch.Tensor, fmap: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+        """x (B, P, d), fmap (B, d, h, w), anchors (B, P, 4, 4) -> x + gate * read."""
+        b, p, d = x.shape
+        dh = d // self.h
+        loc = self.sample_locations(x, anchors)  # (B, P, H, 4, K, 2)
+        grid = (loc * 2 - 1).permute(0, 2, 1, 3, 4, 5).reshape(b * self.h, p, N_ANCHORS * self.k, 2)
+        val = self.value(fmap.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        val = val.reshape(b * self.h, dh, fmap.shape[2], fmap.shape[3])
+        # border padding: reads beyond the frame are clamped to its edge (A.2)
+        sampled = F.grid_sample(val, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        sampled = sampled.view(b, self.h, dh, p, N_ANCHORS * self.k).permute(0, 3, 1, 4, 2)  # B,P,H,4K,dh
+        w = torch.softmax(self.weights(x).view(b, p, self.h, -1), dim=-1)
+        read = (w[..., : N_ANCHORS * self.k, None] * sampled).sum(-2)
+        if self.nulls:
+            read = read + torch.einsum("bphn,hnd->bphd", w[..., N_ANCHORS * self.k:], self.null_values)
+        return x + self.gate * self.out(read.reshape(b, p, d))

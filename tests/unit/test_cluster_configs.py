@@ -1,0 +1,387 @@
+"""Every file under cluster/ validated without a cloud account or a Kubernetes cluster.
+
+- Launcher YAMLs: Ray's own JSON schema (ray/autoscaler/ray-schema.json from the installed ray)
+  through jsonschema, then Ray's own prepare/validate path that `ray up` runs before it talks to
+  the cloud; plus the properties the issue asks for (CPU head, A100 group, spot annotation group
+  at min 0, custom resources, idle timeout, images matching the installed Ray).
+- runtime_env.yaml: accepted by ray.runtime_env.RuntimeEnv; pip list in step with pyproject.
+- KubeRay manifests: a compact schema of the RayCluster / RayJob / RayService spec fields we use,
+  transcribed from KubeRay's CRDs (ray-project/kuberay, ray-operator/config/crd/bases/
+  ray.io_{rayclusters,rayjobs,rayservices}.yaml, apiVersion ray.io/v1, at commit
+  feeaf72facab4881ba2b179248bb67315634e229); unknown or mistyped fields are errors.
+- Every module, config file and path the configs and cluster/README.md name exists.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = REPO / "cluster"
+LAUNCHERS = ["aws.yaml", "gcp.yaml"]
+KUBERAY = {"raycluster.yaml": "RayCluster", "rayjob-train.yaml": "RayJob", "rayservice.yaml": "RayService"}
+RAY_VERSION = importlib.metadata.version("ray")
+IMAGE = "relate-platform:0.1.0"
+
+
+def _load(name: str) -> dict:
+    return yaml.safe_load((CLUSTER / name).read_text())
+
+
+def _ray_schema() -> dict:
+    # Found in the installed package without importing ray (unit tier).
+    spec = importlib.util.find_spec("ray")
+    path = Path(spec.submodule_search_locations[0]) / "autoscaler" / "ray-schema.json"
+    return json.loads(path.read_text())
+
+
+# ----------------------------------------------------------------------------- launcher configs
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_launcher_config_matches_ray_schema(name):
+    jsonschema.validate(_load(name), _ray_schema())
+
+
+def test_ray_schema_rejects_what_it_should():
+    bad = _load("aws.yaml")
+    bad["available_node_types"]["annotate"]["resources"]["annotator"] = 0.5  # Ray wants integers
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, _ray_schema())
+    bad = _load("gcp.yaml")
+    bad["available_node_types"]["a100"]["min_worker"] = 0  # misspelt key
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, _ray_schema())
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_launcher_config_passes_ray_up_preparation(name):
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    prepared = prepare_config(_load(name))  # defaults merged, docker and worker bounds checked
+    validate_config(prepared)
+    assert prepared["head_node_type"] == "head"
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_launcher_node_groups(name):
+    cfg = _load(name)
+    types = cfg["available_node_types"]
+    assert types[cfg["head_node_type"]]["resources"] == {"CPU": 0}  # head schedules no work
+    a100, annotate = types["a100"], types["annotate"]
+    assert a100["resources"]["GPU"] >= 1 and a100["resources"]["trainer"] == a100["resources"]["GPU"]
+    assert a100["resources"]["evaluator"] == a100["resources"]["GPU"]
+    assert "accelerator_type:A100" in a100["resources"]
+    assert annotate["min_workers"] == 0 and annotate["resources"]["annotator"] == annotate["resources"]["GPU"]
+    assert not any(k.startswith("accelerator_type:A100") for k in annotate["resources"])  # cheaper GPUs
+    assert all(t.get("min_workers", 0) == 0 for k, t in types.items() if k != "head")
+    assert 0 < cfg["idle_timeout_minutes"] <= 30
+    node = annotate["node_config"]
+    if cfg["provider"]["type"] == "aws":
+        assert node["InstanceMarketOptions"]["MarketType"] == "spot"
+    else:
+        assert node["scheduling"]["provisioningModel"] == "SPOT"
+        # Ray's GCP provider treats a top-level acceptorType as a TPU request.
+        assert all("acceleratorType" not in t["node_config"] for t in types.values())
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_launcher_images_and_setup_match_the_project(name):
+    cfg = _load(name)
+    images = [cfg["docker"]["image"], cfg["docker"]["head_image"]] + [
+        t["docker"]["worker_image"] for t in cfg["available_node_types"].values() if "docker" in t]
+    for image in images:
+        assert image.startswith(f"rayproject/ray:{RAY_VERSION}-py311-"), f"{image} does not match ray {RAY_VERSION}"
+    assert cfg["file_mounts"]["~/relate"] == "."
+    # The API token travels as a file and is exported before `ray start`, so Serve replicas see it.
+    assert all("RELATE_API_TOKEN=$(cat ~/relate_api_token)" in " ".join(cmds)
+               for cmds in (cfg["head_start_ray_commands"], cfg["worker_start_ray_commands"]))
+    assert "~/relate_api_token" in cfg["file_mounts"]
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    commands = cfg["setup_commands"] + [c for t in cfg["available_node_types"].values()
+                                        for c in t.get("worker_setup_commands", [])]
+    for cmd in commands:
+        for extra in re.findall(r'\$HOME/relate\[(\w+)\]', cmd):
+            assert extra in extras, f"{name}: setup installs unknown extra [{extra}]"
+        if "pip install" in cmd and "relate" in cmd:
+            assert '"$HOME/relate' in cmd  # the file_mounts target
+
+
+def test_job_requests_fit_the_node_groups():
+    """Requests built with relate.placement fit where they must, and only there."""
+    from relate.placement import ResourcesConfig, slots_per_node
+
+    annotator = ResourcesConfig(num_cpus=2, num_gpus=0.5, resources={"annotator": 0.5})
+    trainer = ResourcesConfig(num_cpus=8, num_gpus=1, resources={"trainer": 1}, accelerator_type="A100")
+    for name in LAUNCHERS:
+        types = _load(name)["available_node_types"]
+        assert slots_per_node(annotator, types["annotate"]["resources"]) >= 2
+        assert slots_per_node(trainer, types["a100"]["resources"]) == 8
+        assert slots_per_node(trainer, types["annotate"]["resources"]) == 0
+        assert slots_per_node(annotator, types["a100"]["resources"]) == 0
+        assert slots_per_node(annotator, types["head"]["resources"]) == 0
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_launcher_offers_what_the_serve_config_pins(name):
+    serve = yaml.safe_load((REPO / "serve_apps" / "configs" / "gpu.yaml").read_text())
+    wanted = {a["args"].get("accelerator_type") for a in serve["applications"]} - {None}
+    offered = {k.split(":", 1)[1] for t in _load(name)["available_node_types"].values()
+               for k in t["resources"] if k.startswith("accelerator_type:")}
+    assert wanted <= offered, f"{name}: serve config pins {wanted}, node types offer {offered}"
+
+
+# ----------------------------------------------------------------------------- runtime_env
+
+def _requirement_names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("_", "-") for r in reqs}
+
+
+def test_runtime_env_is_valid_and_in_step_with_pyproject():
+    from ray.runtime_env import RuntimeEnv
+
+    spec = _load("runtime_env.yaml")
+    env = RuntimeEnv(**spec)
+    assert env.working_dir() == "."
+    assert {".git", ".venv", "runs"} <= set(spec["excludes"])
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    want = {n for n in _requirement_names(deps) if n != "ray"}
+    assert _requirement_names(env.pip_config()["packages"]) == want
+    assert not any(p.startswith("ray") and not p.startswith("ray-") for p in spec["pip"]["packages"])
+
+
+# ----------------------------------------------------------------------------- KubeRay manifests
+# Compact schema: a dict maps field -> schema; a one-item list is "list of"; a type is a leaf;
+# a set is an enum of strings; MAP is a string-to-string map; OBJ is a Kubernetes core object
+# we do not descend into. Field names and types are KubeRay's (CRD v1).
+
+MAP, OBJ = "map", "obj"
+CONTAINER = {"name": str, "image": str, "imagePullPolicy": str, "command": [str], "args": [str],
+             "env": [OBJ], "ports": [OBJ], "resources": OBJ, "volumeMounts": [OBJ], "lifecycle": OBJ,
+             "readinessProbe": OBJ, "livenessProbe": OBJ, "securityContext": OBJ}
+POD_TEMPLATE = {"metadata": {"labels": MAP, "annotations": MAP},
+                "spec": {"containers": [CONTAINER], "volumes": [OBJ], "tolerations": [OBJ], "affinity": OBJ,
+                         "nodeSelector": MAP, "serviceAccountName": str, "imagePullSecrets": [OBJ]}}
+AUTOSCALER_OPTIONS = {"upscalingMode": {"Default", "Aggressive", "Conservative"}, "idleTimeoutSeconds": int,
+                      "resources": OBJ, "image": str, "imagePullPolicy": str, "env": [OBJ], "version": {"v1", "v2"}}
+HEAD_GROUP = {"rayStartParams": MAP, "serviceType": str, "enableIngress": bool, "resources": MAP, "labels": MAP,
+              "template": POD_TEMPLATE}
+WORKER_GROUP = {"groupName": str, "replicas": int, "minReplicas": int, "maxReplicas": int, "rayStartParams": MAP,
+                "idleTimeoutSeconds": int, "numOfHosts": int, "suspend": bool, "resources": MAP, "labels": MAP,
+                "template": POD_TEMPLATE}
+RAY_CLUSTER_SPEC = {"rayVersion": str, "enableInTreeAutoscaling": bool, "autoscalerOptions": AUTOSCALER_OPTIONS,
+                    "headGroupSpec": HEAD_GROUP, "workerGroupSpecs": [WORKER_GROUP], "suspend": bool,
+                    "headServiceAnnotations": MAP}
+RAY_JOB_SPEC = {"entrypoint": str, "runtimeEnvYAML": str, "metadata": MAP,
+                "submissionMode": {"K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"},
+                "backoffLimit": int, "shutdownAfterJobFinishes": bool, "ttlSecondsAfterFinished": int,
+                "activeDeadlineSeconds": int, "rayClusterSpec": RAY_CLUSTER_SPEC, "clusterSelector": MAP,
+                "entrypointNumCpus": float, "entrypointNumGpus": float, "entrypointResources": str,
+                "suspend": bool, "jobId": str}
+RAY_SERVICE_SPEC = {"serveConfigV2": str, "rayClusterConfig": RAY_CLUSTER_SPEC,
+                    "serviceUnhealthySecondThreshold": int, "deploymentUnhealthySecondThreshold": int,
+                    "upgradeStrategy": {"type": {"NewCluster", "None", "NewClusterWithIncrementalUpgrade"}},
+                    "excludeHeadPodFromServeSvc": bool}
+SPECS = {"RayCluster": RAY_CLUSTER_SPEC, "RayJob": RAY_JOB_SPEC, "RayService": RAY_SERVICE_SPEC}
+REQUIRED = {"headGroupSpec": ["template"], "workerGroupSpecs[]": ["groupName", "minReplicas", "maxReplicas",
+                                                                  "template"],
+            "RayService": ["rayClusterConfig"], "RayCluster": ["headGroupSpec"], "containers[]": ["name"]}
+
+
+def _check(node, schema, path: str, errors: list[str]) -> None:
+    if schema is OBJ:
+        if not isinstance(node, dict):
+            errors.append(f"{path}: expected an object")
+    elif schema is MAP:
+        if not isinstance(node, dict) or not all(isinstance(v, str) for v in node.values()):
+            errors.append(f"{path}: expected a map of strings, got {node!r}")
+    elif isinstance(schema, set):
+        if node not in schema:
+            errors.append(f"{path}: {node!r} not one of {sorted(schema)}")
+    elif isinstance(schema, list):
+        if not isinstance(node, list):
+            errors.append(f"{path}: expected a list")
+            return
+        for i, item in enumerate(node):
+            _check(item, schema[0], f"{path}[{i}]", errors)
+    elif isinstance(schema, dict):
+        if not isinstance(node, dict):
+            errors.append(f"{path}: expected an object")
+            return
+        for key, value in node.items():
+            if key not in schema:
+                errors.append(f"{path}.{key}: not a field here (valid: {sorted(schema)})")
+            else:
+                _check(value, schema[key], f"{path}.{key}", errors)
+        leaf = re.sub(r"\[\d+\]", "[]", path.rsplit(".", 1)[-1])
+        for key in REQUIRED.get(leaf, []):
+            if key not in node:
+                errors.append(f"{path}: missing required field {key}")
+    elif schema is float:
+        if not isinstance(node, (int, float)) or isinstance(node, bool):
+            errors.append(f"{path}: expected a number, got {node!r}")
+    elif not isinstance(node, schema) or (schema is int and isinstance(node, bool)):
+        errors.append(f"{path}: expected {schema.__name__}, got {node!r}")
+
+
+def kuberay_errors(manifest: dict) -> list[str]:
+    """Problems with a KubeRay manifest, each naming the field path; [] when it is valid."""
+    errors: list[str] = []
+    kind = manifest.get("kind")
+    if manifest.get("apiVersion") != "ray.io/v1":
+        errors.append(f"apiVersion: {manifest.get('apiVersion')!r}, expected 'ray.io/v1'")
+    if kind not in SPECS:
+        return errors + [f"kind: {kind!r} not one of {sorted(SPECS)}"]
+    if not isinstance(manifest.get("metadata", {}).get("name"), str):
+        errors.append("metadata.name: missing")
+    _check(manifest.get("spec"), SPECS[kind], kind, errors)
+    return errors
+
+
+def _cluster_spec(manifest: dict) -> dict:
+    spec = manifest["spec"]
+    return {"RayCluster": lambda: spec, "RayJob": lambda: spec["rayClusterSpec"],
+            "RayService": lambda: spec["rayClusterConfig"]}[manifest["kind"]]()
+
+
+@pytest.mark.parametrize("name,kind", sorted(KUBERAY.items()))
+def test_kuberay_manifest_fields(name, kind):
+    manifest = _load(f"kuberay/{name}")
+    assert manifest["kind"] == kind
+    assert kuberay_errors(manifest) == []
+
+
+def test_kuberay_schema_catches_mistakes():
+    m = _load("kuberay/raycluster.yaml")
+    m["spec"]["workerGroupSpec"] = m["spec"].pop("workerGroupSpecs")  # singular: a classic typo
+    m["spec"]["autoscalerOptions"]["upscalingMode"] = "Fast"
+    m["spec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] = 0  # must be a string
+    errors = kuberay_errors(m)
+    assert any("workerGroupSpec:" in e for e in errors)
+    assert any("upscalingMode" in e for e in errors)
+    assert any("rayStartParams" in e for e in errors)
+    j = _load("kuberay/rayjob-train.yaml")
+    del j["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["maxReplicas"]
+    assert any("missing required field maxReplicas" in e for e in kuberay_errors(j))
+
+
+@pytest.mark.parametrize("name", sorted(KUBERAY))
+def test_kuberay_cluster_properties(name):
+    manifest = _load(f"kuberay/{name}")
+    spec = _cluster_spec(manifest)
+    assert spec["rayVersion"] == RAY_VERSION and spec["enableInTreeAutoscaling"] is True
+    assert spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    dockerfile = (CLUSTER / "Dockerfile").read_text()
+    assert f"FROM rayproject/ray:{RAY_VERSION}-py311-gpu" in dockerfile
+    groups = [spec["headGroupSpec"]] + spec["workerGroupSpecs"]
+    for group in groups:
+        for container in group["template"]["spec"]["containers"]:
+            assert container["image"] == IMAGE
+    for group in spec["workerGroupSpecs"]:
+        assert group["minReplicas"] <= group.get("replicas", 0) <= group["maxReplicas"] or manifest["kind"] != "RayCluster"
+        raw = group["rayStartParams"].get("resources")
+        if raw is not None:  # KubeRay passes it to `ray start --resources` verbatim: quoted JSON
+            resources = json.loads(json.loads(raw))
+            assert all(isinstance(v, int) and v > 0 for v in resources.values())
+        pvcs = [v["persistentVolumeClaim"]["claimName"] for v in group["template"]["spec"].get("volumes", [])
+                if "persistentVolumeClaim" in v]
+        assert set(pvcs) <= {_load("kuberay/shared-pvc.yaml")["metadata"]["name"]}
+
+
+def test_raycluster_autoscales_every_group_from_zero():
+    spec = _load("kuberay/raycluster.yaml")["spec"]
+    names = {g["groupName"]: g for g in spec["workerGroupSpecs"]}
+    assert {"cpu", "a100", "annotate"} <= set(names)
+    assert all(g["minReplicas"] == 0 and g["maxReplicas"] > 0 for g in names.values())
+    assert spec["autoscalerOptions"]["idleTimeoutSeconds"] > 0
+    custom = {k for g in names.values() if "resources" in g["rayStartParams"]
+              for k in json.loads(json.loads(g["rayStartParams"]["resources"]))}
+    assert {"annotator", "trainer", "evaluator"} <= custom
+
+
+def _module_path(module: str) -> Path:
+    base = REPO.joinpath(*module.split("."))
+    return base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+
+
+def test_rayjob_entrypoint_references_exist():
+    spec = _load("kuberay/rayjob-train.yaml")["spec"]
+    argv = shlex.split(spec["entrypoint"])
+    assert argv[:2] == ["python", "-m"]
+    assert _module_path(argv[2]).exists(), f"entrypoint module {argv[2]} missing"
+    config = argv[argv.index("--config") + 1]
+    assert (REPO / config).is_file()
+    overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    from relate.config import load_config
+    from train_jobs.train_relation import TrainRelationConfig
+
+    cfg = load_config(TrainRelationConfig, REPO / config, overrides)  # overrides name real fields
+    assert cfg.run.num_workers == 4 and cfg.run.use_gpu  # Table 14: 4 x A100
+    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
+    assert runtime_env["working_dir"] == "/home/ray/relate"
+    assert "WORKDIR /home/ray/relate" in (CLUSTER / "Dockerfile").read_text()
+    assert spec["metadata"]["job"] == "train_relation"
+
+
+def test_rayservice_embeds_the_serve_config_verbatim():
+    spec = _load("kuberay/rayservice.yaml")["spec"]
+    embedded = yaml.safe_load(spec["serveConfigV2"])
+    assert embedded == yaml.safe_load((REPO / "serve_apps" / "configs" / "gpu.yaml").read_text()), \
+        "cluster/kuberay/rayservice.yaml is out of date with serve_apps/configs/gpu.yaml: re-embed it"
+    for app in embedded["applications"]:
+        module = app["import_path"].split(":")[0]
+        assert _module_path(module).exists(), f"{app['name']}: import_path module {module} missing"
+    accel = {a["args"].get("accelerator_type") for a in embedded["applications"]} - {None}
+    offered = {k.split(":", 1)[1] for g in spec["rayClusterConfig"]["workerGroupSpecs"]
+               for k in json.loads(json.loads(g["rayStartParams"].get("resources", '"{}"')))
+               if k.startswith("accelerator_type:")}
+    assert accel <= offered, f"serve config asks for {accel}, cluster offers {offered}"
+
+
+# ----------------------------------------------------------------------------- README
+
+def test_readme_names_only_things_that_exist():
+    text = (CLUSTER / "README.md").read_text()
+    paths = set(re.findall(r"(?<![\w/.-])((?:cluster|pipelines|train_jobs|serve_apps|eval_jobs|scripts|"
+                           r"benchmarks|relate)/[\w./-]+\.(?:yaml|py|sh|md|json))", text))
+    paths |= {"cluster/Dockerfile"} if "cluster/Dockerfile" in text else set()
+    assert paths, "README names no files?"
+    missing = sorted(p for p in paths if not (REPO / p).exists())
+    assert not missing, f"README names missing files: {missing}"
+    modules = set(re.findall(r"python -m ([\w.]+)", text))
+    assert {"pipelines.synthetic", "pipelines.annotate", "train_jobs.train_relation"} <= modules
+    missing = sorted(m for m in modules if not _module_path(m).exists())
+    assert not missing, f"README runs missing modules: {missing}"
+
+
+JOB_CONFIGS = {"pipelines.synthetic": "pipelines.synthetic:SyntheticJobConfig",
+               "pipelines.annotate": "pipelines.annotate:AnnotateConfig",
+               "train_jobs.train_relation": "train_jobs.train_relation:TrainRelationConfig",
+               "eval_jobs.ovsgg": "eval_jobs.ovsgg:OVSGGConfig",
+               "eval_jobs.triplet_probe": "eval_jobs.triplet_probe:TripletProbeConfig"}
+
+
+def test_readme_job_commands_validate_against_their_configs():
+    """Each `python -m <job> --config ... --set ...` in the README loads as that job's config."""
+    import importlib
+
+    from relate.config import load_config
+
+    text = (CLUSTER / "README.md").read_text().replace("\\\n", " ")
+    commands = re.findall(r"python -m ([\w.]+)((?: +--(?:config|set) +[^\s]+)*)", text)
+    assert {m for m, _ in commands} >= set(JOB_CONFIGS)
+    for module, args in commands:
+        argv = shlex.split(args)
+        config = argv[argv.index("--config") + 1] if "--config" in argv else None
+        overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+        mod, cls = JOB_CONFIGS[module].split(":")
+        load_config(getattr(importlib.import_module(mod), cls), REPO / config if config else None, overrides)

@@ -1,0 +1,197 @@
+"""The whole relation model, its checkpoint folder and the Python API on a tiny random model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+from safetensors.torch import load_file, save_file
+
+from relate.api import RelationPredictor, load_model
+from relate.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from relate.losses import LossConfig, PredicateSpace, force_mask, relation_objective
+from relate.model import Calibration, RelationModelConfig, create_relation_model, relation_score
+from relate.model.config import BackboneConfig, DeformableConfig, SamplerConfig
+from relate.text.bank import TextBank
+
+D = 384  # the packaged MiniLM's width, so set_vocabulary can embed real strings
+
+
+def tiny_cfg(**kw) -> RelationModelConfig:
+    base = dict(backbone=BackboneConfig(name="vit_tiny_patch16_224", img_size=32, depth=2, taps=[-2, -1], patch_size=8),
+                dim=32, heads=4, text_dim=D, fourier_bands=4, geometry_hidden=16, scene_grid=2, gate_hidden=8,
+                pair_layers=1, joint_layers=1, dropout=0.0, deformable=DeformableConfig(heads=4, points=2),
+                sampler=SamplerConfig(geometry_keep=12, learned_keep=6))
+    base.update(kw)
+    return RelationModelConfig(**base)
+
+
+def random_bank(strings, seed=0) -> TextBank:
+    g = torch.Generator().manual_seed(seed)
+    return TextBank(strings=tuple(strings), matrix=F.normalize(torch.randn(len(strings), D, generator=g), dim=-1).numpy(),
+                    encoder="minilm")
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return create_relation_model(tiny_cfg()).eval()
+
+
+def _batch():
+    torch.manual_seed(1)
+    images = torch.rand(2, 3, 32, 32)
+    boxes = torch.tensor([[[0, 0, 12, 12], [8, 8, 30, 28], [16, 2, 31, 14], [0, 0, 0, 0]],
+                          [[2, 2, 20, 30], [10, 4, 30, 20], [0, 0, 0, 0], [0, 0, 0, 0]]], dtype=torch.float32)
+    valid = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    return images, boxes, valid
+
+
+def test_forward_backward_finite_and_masks_accepted(model):
+    images, boxes, valid = _batch()
+    bank = torch.from_numpy(random_bank(list("abcde")).matrix)
+    m = create_relation_model(tiny_cfg()).train()
+    out = m(images, boxes, valid, bank)
+    assert out.l_pred.shape == (2, 6, 5) and torch.isfinite(out.l_pred).all()
+    kept = out.pairs[out.sampled.valid]
+    assert (kept[:, 0] != kept[:, 1]).all() and out.sampled.valid[1].sum() == 2  # 2 boxes -> 2 ordered pairs
+    out.l_pred.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
+    masks = torch.zeros(2, 4, 32, 32)
+    masks[:, 0, :12, :12] = 1
+    masks[:, 1, 8:28, 8:30] = 1
+    masks[0, 2, 2:14, 16:31] = 1
+    with torch.no_grad():
+        outm = model(images, boxes, valid, bank, masks=masks)
+    assert torch.isfinite(outm.l_pred).all()
+    with pytest.raises(ValueError, match="text bank"):
+        model(images, boxes, valid, bank[:, :10])
+
+
+def test_objective_runs_and_every_term_is_finite():
+    images, boxes, valid = _batch()
+    m = create_relation_model(tiny_cfg()).train()
+    va = 4
+    bank = random_bank(["left of", "to the left of", "right of", "near"])
+    rels = torch.tensor([[[0, 1, 0], [2, 0, 2], [-1, -1, -1]], [[1, 0, 3], [-1, -1, -1], [-1, -1, -1]]])
+    cats = torch.tensor([[0, 1, 0, -1], [1, 0, -1, -1]])
+    inverse = torch.zeros(va, va, dtype=torch.bool)
+    inverse[0, 2] = inverse[2, 0] = inverse[1, 2] = inverse[2, 1] = True
+    space = PredicateSpace(torch.tensor([0, 0, 1, 2]), inverse, torch.tensor([1.0, 1.0, 1.0, 0.0]),
+                           torch.zeros(va, va), torch.eye(va) + 0.5 * (1 - torch.eye(va)), torch.arange(va),
+                           F.normalize(torch.randn(2, D), dim=-1), torch.full((2, 2), 0.5))
+    out = m(images, boxes, valid, bank.tensor(), force=force_mask(rels, 4))
+    terms = relation_objective(out, rels, cats, valid, space, LossConfig())
+    assert set(terms) == {"infonce", "sigmoid", "swap", "background", "grounding", "geometry", "relatedness", "total"}
+    assert all(torch.isfinite(v) for v in terms.values()) and terms["infonce"] > 0
+    terms["total"].backward()
+
+
+def test_checkpoint_roundtrip_and_strict_errors(model, tmp_path):
+    bank = random_bank(["on", "under", "near"])
+    folder = save_checkpoint(tmp_path / "ck", model, bank)
+    ck = load_checkpoint(folder)
+    images, boxes, valid = _batch()
+    with torch.no_grad():
+        a = model(images, boxes, valid, bank.tensor()).l_pred
+        b = ck.model(images, boxes, valid, ck.bank.tensor()).l_pred
+    assert torch.equal(a, b) and not ck.calibration.fitted
+    assert json.loads((folder / "calibration.json").read_text()) == {"a": None, "b": None}
+    # a missing key
+    sd = load_file(str(folder / "model.safetensors"))
+    save_file({k: v for k, v in sd.items() if k != "head.beta"}, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="missing.*head.beta"):
+        load_checkpoint(folder)
+    # an unexpected key (a module created by a flag the config does not have)
+    save_checkpoint(folder, model, bank)
+    cfg = yaml.safe_load((folder / "config.yaml").read_text())
+    cfg["deformable"]["enabled"] = False
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(CheckpointError, match="unexpected.*deformable"):
+        load_checkpoint(folder)
+    # a bank that is not the one the checkpoint was saved with
+    save_checkpoint(folder, model, bank)
+    random_bank(["on", "under", "near"], seed=5).save(folder / "text_bank.npz")
+    with pytest.raises(CheckpointError, match="bank"):
+        load_checkpoint(folder)
+
+
+def _image_and_boxes():
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 255, size=(48, 64, 3), dtype=np.uint8)
+    boxes = np.array([[2, 2, 30, 30], [20, 10, 60, 44], [40, 2, 62, 20]], np.float32)
+    return img, boxes
+
+
+def test_api_predict_threshold_decompose_and_parity(model, tmp_path):
+    folder = save_checkpoint(tmp_path / "ck", model, random_bank(["on", "under", "near", "holding"]))
+    pred = load_model(folder)
+    img, boxes = _image_and_boxes()
+    trip = pred.predict(img, boxes, topk=5)
+    assert len(trip) == 5 and trip == sorted(trip, key=lambda t: -t["score"])
+    assert {"subject", "object", "predicate", "score", "spatial_score", "semantic_score"} <= set(trip[0])
+    with pytest.raises(ValueError, match="calibrat"):
+        pred.predict(img, boxes, threshold=0.5)
+    graphs = pred.predict(img, boxes, topk=3, decompose=True)
+    assert set(graphs) == {"layout", "content"} and len(graphs["layout"]) == 3
+    # parity: API triplet == Eq. 6 on the raw model outputs == evaluation table row
+    raw = pred.score_images([img], [boxes])[0]
+    s, o, p = trip[0]["subject"], trip[0]["object"], pred.vocabulary.index(trip[0]["predicate"])
+    row = int(np.flatnonzero((raw.pairs[:, 0] == s) & (raw.pairs[:, 1] == o))[0])
+    direct = relation_score(raw.l_pred[row], raw.l_pair[row], model.cfg.pair_weight)[p]
+    assert trip[0]["score"] == pytest.approx(float(direct), rel=1e-6)
+    img_path = tmp_path / "im.png"
+    __import__("PIL.Image", fromlist=["Image"]).fromarray(img).save(img_path)
+    table = pa.table({"image_id": ["x"], "uri": [str(img_path)],
+                      "boxes": [[dict(x1=float(b[0]), y1=float(b[1]), x2=float(b[2]), y2=float(b[3])) for b in boxes]]})
+    ev = pred.predict_table(table, per_pair=1).column("triplets").to_pylist()[0]
+    match = [t for t in ev if t["subject"] == s and t["object"] == o]
+    assert match[0]["predicate"] == trip[0]["predicate"] and match[0]["score"] == pytest.approx(trip[0]["score"], rel=1e-5)
+    # a calibrated predictor filters by threshold
+    cal = RelationPredictor(model, pred.bank, Calibration(1.0, -100.0))
+    assert cal.predict(img, boxes, threshold=0.5) == []
+
+
+def test_api_masks_in_place_of_boxes_and_bad_regions(model, tmp_path):
+    pred = RelationPredictor(model, random_bank(["on", "near"]))
+    img, boxes = _image_and_boxes()
+    masks = np.zeros((3, 48, 64), bool)
+    for m, (x1, y1, x2, y2) in zip(masks, boxes.astype(int)):
+        m[y1:y2, x1:x2] = True
+    assert len(pred.predict(img, masks, topk=4)) == 4
+    with pytest.raises(ValueError, match="inverted"):
+        pred.predict(img, np.array([[10, 10, 5, 20], [0, 0, 5, 5]]))
+
+
+def test_set_vocabulary_embeds_unseen_strings_with_the_checkpoint_encoder(model):
+    pred = RelationPredictor(model, random_bank(["on", "near"]))
+    img, boxes = _image_and_boxes()
+    pred.set_vocabulary(["perched upon", "adjacent to", "clutching"])
+    trip = pred.predict(img, boxes, topk=9)
+    assert {t["predicate"] for t in trip} <= {"perched upon", "adjacent to", "clutching"}
+    once = pred.predict(img, boxes, vocabulary=["perched upon"], topk=3)
+    assert all(t["predicate"] == "perched upon" for t in once)
+
+
+def test_actor_scores_a_plain_batch_like_ray_data_would_pass_it(model, tmp_path):
+    from actors.relation import RelationPredictorActor
+
+    folder = save_checkpoint(tmp_path / "ck", model, random_bank(["on", "near"]))
+    actor = RelationPredictorActor(str(folder), per_pair=1)
+    img, boxes = _image_and_boxes()
+    batch = {"image_id": np.array(["a", "b"], dtype=object), "image": [img, img],
+             "boxes": [[dict(x1=float(b[0]), y1=float(b[1]), x2=float(b[2]), y2=float(b[3])) for b in boxes], boxes]}
+    out = actor(batch)
+    assert out["image_id"].tolist() == ["a", "b"]
+    a, b = out["triplets"]
+    assert len(a) == 6  # 3 boxes -> 6 ordered pairs, one predicate each
+    key = lambda t: (t["subject"], t["object"])  # noqa: E731
+    for x, y in zip(sorted(a, key=key), sorted(b, key=key)):  # dict boxes and array boxes agree
+        assert key(x) == key(y) and x["score"] == pytest.approx(y["score"], abs=1e-5)
+    with pytest.raises(KeyError, match="boxes"):
+        actor({"image_id": np.array(["a"])})

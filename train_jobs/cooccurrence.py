@@ -1,0 +1,137 @@
+"""Estimate P(q | p): how likely predicate q also holds when p is annotated (Eq. 3, § 3.3).
+
+Fitted on box pairs that carry more than one annotation. Each candidate cell (p, q) is described
+by its co-annotation rate, the text cosine of the two strings and q's frequency; a logistic model
+of "q is also stated" is a classifier of labelled-vs-unlabelled, and the Elkan-Noto correction
+divides it by c = mean score over labelled positives, turning P(stated) into P(true) because an
+unstated predicate is unlabelled rather than false. Saved as a scipy sparse matrix (.npz) with
+the strings in a JSON sidecar.
+
+    python -m train_jobs.cooccurrence --set corpus_root=/tmp/synth --set out_path=/tmp/cooc.npz
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import Field
+
+from relate.config import StrictConfig, parse_job_args
+
+__all__ = ["CooccurrenceConfig", "CooccurrenceResult", "multi_annotated_sets", "estimate_cooccurrence",
+           "save_cooccurrence", "load_cooccurrence", "main"]
+
+
+class CooccurrenceConfig(StrictConfig):
+    corpus_root: str = Field("runs/synthetic", description="folder holding corpus/<split>/*.parquet")
+    split: str = Field("train", description="corpus split to count on")
+    encoder: str = Field("minilm", description="text encoder for the cosine feature (relate.text registry)")
+    neighbours: int = Field(10, ge=0, description="text neighbours of p added as candidate cells besides co-annotated ones")
+    cap: float = Field(0.95, gt=0, lt=1, description="largest P(q|p) stored (keeps log(1 - P) finite)")
+    out_path: str = Field("runs/cooccurrence.npz", description="output .npz (strings go to <out>.strings.json)")
+
+
+@dataclass
+class CooccurrenceResult:
+    path: str
+    strings: list[str]
+    nnz: int
+    label_frequency_c: float
+    multi_pairs: int
+
+
+def multi_annotated_sets(table) -> list[set[str]]:
+    """Predicate sets of every box pair carrying two or more distinct predicates."""
+    out = []
+    for rels in table.column("relations").to_pylist():
+        by_pair: dict[tuple[int, int], set[str]] = {}
+        for r in rels:
+            by_pair.setdefault((r["subject"], r["object"]), set()).add(r["predicate"])
+        out += [s for s in by_pair.values() if len(s) > 1]
+    return out
+
+
+def estimate_cooccurrence(sets: Sequence[set[str]], strings: Sequence[str], emb: np.ndarray,
+                          neighbours: int = 10, cap: float = 0.95) -> tuple[sp.csr_matrix, float]:
+    """(V, V) sparse P[p, q] = P(q | p) and the Elkan-Noto label frequency c."""
+    from sklearn.linear_model import LogisticRegression
+
+    index = {s: i for i, s in enumerate(strings)}
+    v = len(strings)
+    n = np.zeros(v)
+    co = Counter()
+    for s in sets:
+        ids = sorted(index[x] for x in s if x in index)
+        n[ids] += 1
+        co.update((p, q) for p in ids for q in ids if p != q)
+    if not co:
+        return sp.csr_matrix((v, v)), float("nan")
+    cos = emb @ emb.T
+    cells = set(co)
+    if neighbours:
+        nn = np.argsort(-cos, axis=1)[:, 1: neighbours + 1]
+        cells |= {(p, int(q)) for p in np.flatnonzero(n) for q in nn[p] if q != p}
+    cells = sorted(cells)
+    p_idx, q_idx = np.array([c[0] for c in cells]), np.array([c[1] for c in cells])
+    hits = np.array([co.get(c, 0) for c in cells], dtype=float)
+    rate = hits / np.maximum(n[p_idx], 1)
+    freq = np.log1p(n[q_idx]) / np.log1p(max(n.max(), 1))
+    x = np.stack([rate, cos[p_idx, q_idx], freq], axis=1)
+    # every candidate cell is a labelled example (weight = hits) and an unlabelled one (n - hits)
+    xx = np.concatenate([x, x])
+    yy = np.concatenate([np.ones(len(x)), np.zeros(len(x))])
+    ww = np.concatenate([hits, np.maximum(n[p_idx] - hits, 0)])
+    keep = ww > 0
+    if len(np.unique(yy[keep])) < 2:
+        return sp.csr_matrix((rate.clip(0, cap), (p_idx, q_idx)), shape=(v, v)), 1.0
+    g = LogisticRegression(C=10.0, max_iter=1000).fit(xx[keep], yy[keep], sample_weight=ww[keep])
+    score = g.predict_proba(x)[:, 1]
+    c = float((score * hits).sum() / hits.sum())  # Elkan-Noto e1: mean g over labelled positives
+    prob = np.clip(score / c, 0.0, cap)
+    return sp.csr_matrix((prob, (p_idx, q_idx)), shape=(v, v)), c
+
+
+def save_cooccurrence(path: str | Path, matrix: sp.csr_matrix, strings: Sequence[str]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sp.save_npz(path, matrix.tocsr())
+    Path(str(path) + ".strings.json").write_text(json.dumps(list(strings)))
+    return path
+
+
+def load_cooccurrence(path: str | Path) -> tuple[list[str], sp.csr_matrix]:
+    path = Path(path)
+    side = Path(str(path) + ".strings.json")
+    if not path.is_file() or not side.is_file():
+        raise FileNotFoundError(f"co-occurrence estimate needs {path} and {side}")
+    strings = json.loads(side.read_text())
+    m = sp.load_npz(path).tocsr()
+    if m.shape != (len(strings), len(strings)):
+        raise ValueError(f"{path}: matrix {m.shape} does not fit {len(strings)} strings")
+    return strings, m
+
+
+def main(cfg: CooccurrenceConfig) -> CooccurrenceResult:
+    from relate.data.corpus import read_corpus
+    from relate.text.bank import build_bank
+
+    table = read_corpus(cfg.corpus_root, cfg.split)
+    strings = sorted({r["predicate"] for rels in table.column("relations").to_pylist() for r in rels})
+    sets = multi_annotated_sets(table)
+    emb = build_bank(strings, encoder_name=cfg.encoder).matrix
+    matrix, c = estimate_cooccurrence(sets, strings, emb, cfg.neighbours, cfg.cap)
+    save_cooccurrence(cfg.out_path, matrix, strings)
+    print(f"P(q|p): {len(sets)} multiply-annotated pairs, {matrix.nnz} cells, label frequency c={c:.3f} "
+          f"-> {cfg.out_path}")
+    return CooccurrenceResult(cfg.out_path, strings, int(matrix.nnz), c, len(sets))
+
+
+if __name__ == "__main__":
+    main(parse_job_args(CooccurrenceConfig, sys.argv[1:], description=__doc__ or ""))

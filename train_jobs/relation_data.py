@@ -1,0 +1,313 @@
+"""Inputs and evaluation for the relation train job: predicate space, Ray Data stage, metrics.
+
+The predicate space (synonym groups, inverses, P(directional), P(q|p), isotonic synonym
+weights, category bank and per-category-pair annotation rates) is built once on the driver
+and shipped to the workers. Evaluation is graph-constrained on ground-truth boxes and goes
+through ``relate.api.RelationPredictor`` and ``relate.metrics``, as the evaluator does.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import torch
+from pydantic import Field
+
+from relate.config import StrictConfig
+from relate.losses import PredicateSpace, fit_synonym_weighting
+
+__all__ = ["DataConfig", "build_space", "DecodeStage", "evaluate_split", "report_test", "concept_key"]
+
+
+class DataConfig(StrictConfig):
+    corpus_root: str = Field("runs/synthetic", description="folder holding corpus/<split>/*.parquet")
+    predicates: Literal["synthetic_lexicon", "text_resources"] = Field(
+        "synthetic_lexicon", description="where synonym groups, inverses and directional flags come from")
+    text_encoder: str = Field("minilm", description="frozen text encoder of the bank (relate.text registry)")
+    heldout_form: int | None = Field(2, ge=0, description="surface form index per group kept out of the training "
+                                     "bank (scored only at test time, as an unseen vocabulary); None keeps all")
+    cooccurrence_path: str | None = Field(None, description="P(q|p) .npz from train_jobs.cooccurrence; None: no discount")
+    rungs: list[float] = Field([0.5, 0.667, 0.833, 1.0, 1.167, 1.333, 1.5], min_length=1,
+                               description="multi-scale factors of the base side (Table 14: 7 rungs in [0.5, 1.5])")
+    photometric: float = Field(0.3, ge=0, lt=1, description="brightness/contrast/saturation jitter (Table 14: 0.3)")
+    max_boxes: int = Field(16, ge=2, description="boxes per image kept (extra boxes and their relations dropped)")
+    max_relations: int = Field(64, ge=1, description="relations per image kept")
+    decode_concurrency: int = Field(1, ge=1, description="Ray Data decode tasks in flight")
+    decode_cpus: float = Field(0.25, gt=0, description="CPUs per decode task (fractional on small machines)")
+
+
+def concept_key(predicate: str, mode: str) -> str:
+    """The synonym-group id of a string (its own string when it has no group)."""
+    if mode == "synthetic_lexicon":
+        from relate.data.lexicon import SURFACE_TO_CONCEPT
+
+        return SURFACE_TO_CONCEPT.get(predicate.strip().lower(), predicate)
+    from relate.text.resources import group_of
+
+    return group_of(predicate) or predicate
+
+
+def _predicate_tables(cfg: DataConfig, train: pa.Table | None) -> tuple[list[str], list[str], list[bool], np.ndarray, np.ndarray]:
+    """(strings, group keys, held out?, inverse matrix, P(directional)) over every known string."""
+    if cfg.predicates == "synthetic_lexicon":
+        from relate.data.lexicon import CONCEPTS
+
+        strings, keys, held, pdir = [], [], [], []
+        for c in CONCEPTS.values():
+            for i, f in enumerate(c.forms):
+                strings.append(f)
+                keys.append(c.name)
+                held.append(cfg.heldout_form is not None and i == cfg.heldout_form)
+                pdir.append(1.0 if c.directional else 0.0)
+        inv_key = {c.name: c.inverse for c in CONCEPTS.values()}
+    else:
+        from relate.text.resources import inverse_of, p_directional
+
+        strings = sorted({r["predicate"] for rels in train.column("relations").to_pylist() for r in rels})
+        keys = [concept_key(s, cfg.predicates) for s in strings]
+        held = [False] * len(strings)
+        pdir = p_directional(strings, unknown=0.5).tolist()
+        inv_key = {concept_key(s, cfg.predicates): concept_key(inverse_of(s) or "", cfg.predicates) for s in strings}
+    k = np.array(keys, dtype=object)
+    inverse = np.array([[inv_key.get(a) == b for b in keys] for a in keys], dtype=bool) & (k[:, None] != k[None, :])
+    return strings, keys, held, inverse, np.asarray(pdir, dtype=np.float32)
+
+
+def _pair_rate(train: pa.Table, categories: list[str]) -> np.ndarray:
+    """Share of ordered box pairs of each category pair that carry an annotation (§ 3.3)."""
+    idx = {c: i for i, c in enumerate(categories)}
+    tot = np.zeros((len(categories),) * 2)
+    ann = np.zeros_like(tot)
+    for boxes, rels in zip(train.column("boxes").to_pylist(), train.column("relations").to_pylist()):
+        cat = np.array([idx.get(b["category"], -1) for b in boxes])
+        ok = cat >= 0
+        c = cat[ok]
+        np.add.at(tot, (c[:, None].repeat(len(c), 1), c[None, :].repeat(len(c), 0)), 1)
+        np.add.at(tot, (c, c), -1)
+        for s, o in {(r["subject"], r["object"]) for r in rels}:
+            if cat[s] >= 0 and cat[o] >= 0:
+                ann[cat[s], cat[o]] += 1
+    return (ann / np.maximum(tot, 1)).astype(np.float32)
+
+
+def build_space(cfg: DataConfig, text_dim: int) -> dict:
+    """Driver-side: the training bank, the PredicateSpace and what the decode stage needs."""
+    from relate.data.corpus import read_corpus
+    from relate.text.bank import TextBank, build_bank
+
+    train = read_corpus(cfg.corpus_root, "train")
+    strings, keys, held, inverse, pdir = _predicate_tables(cfg, train)
+    full = build_bank(strings, encoder_name=cfg.text_encoder)
+    if full.dim != text_dim:
+        raise ValueError(f"text encoder {cfg.text_encoder!r} gives {full.dim}-d vectors but model.text_dim={text_dim}")
+    cols = [i for i, h in enumerate(held) if not h]
+    bank = TextBank(strings=tuple(strings[i] for i in cols), matrix=full.matrix[cols], encoder=full.encoder)
+    cos = full.matrix @ full.matrix.T
+    k = np.array(keys, dtype=object)
+    same = k[:, None] == k[None, :]
+    off = ~np.eye(len(strings), dtype=bool)
+    iso = fit_synonym_weighting(cos[off], same[off])  # positive weights: P(synonym | cosine), § 3.3
+    syn = iso.predict(cos.ravel()).reshape(cos.shape).astype(np.float32)
+    np.fill_diagonal(syn, 1.0)
+    p_cond = np.zeros_like(cos, dtype=np.float32)
+    if cfg.cooccurrence_path:
+        from train_jobs.cooccurrence import load_cooccurrence
+
+        c_strings, mat = load_cooccurrence(cfg.cooccurrence_path)
+        pos = {s: i for i, s in enumerate(strings)}
+        coo = mat.tocoo()
+        for r, c, v in zip(coo.row, coo.col, coo.data):
+            if c_strings[r] in pos and c_strings[c] in pos:
+                p_cond[pos[c_strings[r]], pos[c_strings[c]]] = v
+    categories = sorted({b["category"] for bx in train.column("boxes").to_pylist() for b in bx if b["category"]})
+    cat_bank = build_bank(categories, encoder_name=cfg.text_encoder).matrix
+    _, group = np.unique(k, return_inverse=True)
+    t = torch.from_numpy
+    space = PredicateSpace(t(group.astype(np.int64)), t(inverse), t(pdir), t(p_cond), t(syn),
+                           torch.tensor(cols, dtype=torch.long), t(cat_bank), t(_pair_rate(train, categories)))
+    return {"space": space, "bank": bank, "forms": strings, "categories": categories, "n_train": train.num_rows,
+            "isotonic_synonym": iso}
+
+
+class DecodeStage:
+    """Ray Data stage: read, resize and photometrically jitter images; pad boxes and relations.
+
+    Works on a pyarrow batch with columns uri, boxes, relations; returns fixed-shape arrays.
+    Only photometric changes are applied: a flip would silently falsify left/right labels.
+    """
+
+    def __init__(self, size: int, data: DataConfig, forms: list[str], categories: list[str], seed: int = 0) -> None:
+        self.size, self.cfg = size, data
+        self.form_index = {f: i for i, f in enumerate(forms)}
+        self.cat_index = {c: i for i, c in enumerate(categories)}
+        self.rng = np.random.default_rng(seed)
+
+    def _jitter(self, img: torch.Tensor) -> torch.Tensor:
+        s = self.cfg.photometric
+        if s <= 0:
+            return img
+        b, c, sat = 1 + self.rng.uniform(-s, s, size=3)
+        img = img * b
+        mean = img.mean()
+        img = (img - mean) * c + mean
+        grey = img.mean(0, keepdim=True)
+        return ((img - grey) * sat + grey).clamp(0, 1)
+
+    def __call__(self, batch: pa.Table) -> dict[str, np.ndarray]:
+        from relate.api import prepare_image
+
+        n, m, S = self.cfg.max_boxes, self.cfg.max_relations, self.size
+        rows = batch.to_pylist()
+        out = {"image": np.zeros((len(rows), S, S, 3), np.uint8), "boxes": np.zeros((len(rows), n, 4), np.float32),
+               "box_valid": np.zeros((len(rows), n), bool), "categories": np.full((len(rows), n), -1, np.int64),
+               "rels": np.full((len(rows), m, 3), -1, np.int64)}
+        for k, r in enumerate(rows):
+            img = self._jitter(prepare_image(r["uri"], S))
+            out["image"][k] = (img.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+            sx, sy = S / r["width"], S / r["height"]
+            for i, b in enumerate(r["boxes"][:n]):
+                out["boxes"][k, i] = [b["x1"] * sx, b["y1"] * sy, b["x2"] * sx, b["y2"] * sy]
+                out["box_valid"][k, i] = True
+                out["categories"][k, i] = self.cat_index.get(b["category"], -1)
+            kept = [(x["subject"], x["object"], self.form_index[x["predicate"]]) for x in r["relations"]
+                    if x["subject"] < n and x["object"] < n and x["subject"] != x["object"]
+                    and x["predicate"] in self.form_index][:m]
+            if kept:
+                out["rels"][k, : len(kept)] = np.array(kept)
+        return out
+
+
+def _family(predicate: str, mode: str) -> str:
+    if mode == "synthetic_lexicon":
+        from relate.data.lexicon import CONCEPTS
+
+        key = concept_key(predicate, mode)
+        return CONCEPTS[key].family if key in CONCEPTS else "other"
+    return "all"
+
+
+def _recalls(gt, preds, mode: str, tag: str) -> dict[str, float]:
+    """Exact-string and synonym-tolerant recall (graph-constrained, GT boxes) plus per-family mR@50."""
+    from relate.metrics.recall import evaluate_recall
+
+    pk = np.array([concept_key(str(s), mode) for s in preds.vocab], dtype=object)
+    gk = np.array([concept_key(str(s), mode) for s in gt.predicates], dtype=object)
+    out: dict[str, float] = {}
+    for name, match in (("exact", None), ("syn", pk[:, None] == gk[None, :])):
+        res = evaluate_recall(gt, preds, ks=(20, 50, 100), predicate_match=match)
+        for key in ("R@20", "R@50", "R@100", "mR@20", "mR@50", "mR@100"):
+            out[f"{tag}{name}/{key}"] = res.metrics[key]
+        fam: dict[str, list[float]] = {}
+        for pred, r in res.per_predicate[50].items():
+            fam.setdefault(_family(pred, mode), []).append(r)
+        out.update({f"{tag}{name}/family/{f}@50": float(np.mean(v)) for f, v in sorted(fam.items())})
+    return out
+
+
+def _pixel_accuracy(gt, scores, strings, mode: str) -> dict[str, float]:
+    """Pixel-only families (depth, appearance): does the true concept outscore its inverse on the
+    annotated pair? Chance is 0.5 and a boxes-only model cannot do better (the synthetic world
+    draws occlusion order and colour independently of geometry)."""
+    if mode != "synthetic_lexicon":
+        return {}
+    from relate.data.lexicon import CONCEPTS, PIXEL_FAMILIES
+
+    keys = np.array([concept_key(s, mode) for s in strings], dtype=object)
+    hits: dict[str, list[float]] = {f: [] for f in PIXEL_FAMILIES}
+    for img, s, o, p in zip(gt.rel_image, gt.rel_subject, gt.rel_object, gt.rel_predicate):
+        c = CONCEPTS.get(concept_key(str(gt.predicates[p]), mode))
+        if c is None or c.family not in PIXEL_FAMILIES or c.inverse is None:
+            continue
+        sc = scores[img]
+        row = np.flatnonzero((sc.pairs[:, 0] == s) & (sc.pairs[:, 1] == o))
+        own, inv = keys == c.name, keys == c.inverse
+        if row.size == 0 or not own.any() or not inv.any():
+            continue
+        logits = sc.l_pred[row[0]]
+        hits[c.family].append(float(logits[own].max() > logits[inv].max()))
+    return {f"pixel/{f}_acc": float(np.mean(v)) for f, v in hits.items() if v} | \
+        {f"pixel/{f}_n": float(len(v)) for f, v in hits.items()}
+
+
+def evaluate_split(predictor, cfg: DataConfig, split: str, limit: int | None = None,
+                   vocabulary=None, tag: str = "") -> dict[str, float]:
+    """Score a split with the predictor (GT boxes) and compute recall and pixel-only accuracy."""
+    from relate.data.corpus import read_corpus
+    from relate.metrics._tables import load_ground_truth, load_predictions
+
+    table = read_corpus(cfg.corpus_root, split)
+    if limit is not None:
+        table = table.slice(0, limit)
+    gt = load_ground_truth(table)
+    scores = predictor.score_images(table.column("uri").to_pylist(), table.column("boxes").to_pylist(), vocabulary)
+    preds = load_predictions(predictor.scores_to_table(table.column("image_id").to_pylist(), scores, vocabulary), gt)
+    strings = list(predictor._bank_for(vocabulary)[0].strings)
+    out = _recalls(gt, preds, cfg.predicates, tag)
+    out.update({f"{tag}{k}": v for k, v in _pixel_accuracy(gt, scores, strings, cfg.predicates).items()})
+    return out
+
+
+def baseline_metrics(cfg: DataConfig, split: str = "test") -> dict[str, float]:
+    """The frequency baseline (true categories, most frequent training predicates per category pair)."""
+    from relate.data.corpus import read_corpus
+    from relate.metrics._tables import load_ground_truth, load_predictions
+    from relate.metrics.baseline import fit_frequency_baseline
+
+    table = read_corpus(cfg.corpus_root, split)
+    gt = load_ground_truth(table)
+    base = fit_frequency_baseline(read_corpus(cfg.corpus_root, "train"), k=3)
+    preds = load_predictions(base.predict(gt, pairs="all"), gt)
+    return _recalls(gt, preds, cfg.predicates, "baseline/")
+
+
+def report_test(predictor, cfg: DataConfig) -> dict[str, float]:
+    """Test split: model with every known form, the frequency baseline, and the vocabulary swap to
+    held-out synonyms only (never in the training bank), scored by the synonym-tolerant matcher."""
+    held = _predicate_tables(cfg, None)[2] if cfg.predicates == "synthetic_lexicon" else None
+    forms = _all_forms(cfg)
+    out = evaluate_split(predictor, cfg, "test", vocabulary=forms, tag="model/")
+    out.update(baseline_metrics(cfg, "test"))
+    if held is not None and any(held):
+        unseen = [f for f, h in zip(forms, held) if h]
+        out.update(evaluate_split(predictor, cfg, "test", vocabulary=unseen, tag="swap/"))
+    lines = [f"{k:45s} {v:.4f}" for k, v in sorted(out.items())]
+    print("test split, GT boxes, graph-constrained\n" + "\n".join(lines), flush=True)
+    return out
+
+
+def _all_forms(cfg: DataConfig) -> list[str]:
+    if cfg.predicates == "synthetic_lexicon":
+        from relate.data.lexicon import all_surface_forms
+
+        return all_surface_forms()
+    from relate.data.corpus import read_corpus
+
+    train = read_corpus(cfg.corpus_root, "train")
+    return sorted({r["predicate"] for rels in train.column("relations").to_pylist() for r in rels})
+
+
+def _cli(argv=None) -> dict:
+    """``python -m train_jobs.relation_data CHECKPOINT CORPUS_ROOT``: the test-split report of one
+    checkpoint folder (model, frequency baseline, vocabulary swap), as printed after training."""
+    import argparse
+    import json
+
+    from relate.api import load_model
+
+    ap = argparse.ArgumentParser(description=_cli.__doc__)
+    ap.add_argument("checkpoint")
+    ap.add_argument("corpus_root")
+    ap.add_argument("--out", default=None, help="also write the figures as JSON")
+    args = ap.parse_args(argv)
+    out = report_test(load_model(args.checkpoint), DataConfig(corpus_root=args.corpus_root))
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    _cli()

@@ -1,0 +1,311 @@
+"""Train the relation model with Ray Train (DDP; gloo on CPU, nccl on GPU) on a corpus in Parquet.
+
+Ray Data streams the corpus, decoding and resizing images and applying photometric jitter in
+the pipeline (never flips: they falsify left/right, Table 14). Each step draws one multi-scale
+rung. AMP on GPU, EMA weights, backbone lr below the head's, a checkpoint folder every
+``checkpoint_every`` steps (the same folder format ``relate.api.load_model`` reads), resumption
+from the latest one after a worker failure (FailureConfig), metrics reported every step.
+
+    python -m train_jobs.train_relation --config train_jobs/configs/cpu_small.yaml \
+        --set data.corpus_root=/tmp/synth
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from relate.config import StrictConfig, parse_job_args
+from relate.losses import LossConfig, PredicateSpace, force_mask, relation_objective
+from relate.model.config import RelationModelConfig
+from train_jobs.relation_data import DataConfig, DecodeStage, build_space, evaluate_split
+
+__all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "main"]
+
+
+class OptimConfig(StrictConfig):
+    lr_head: float = Field(4e-4, gt=0, description="head learning rate (Table 14: 4e-4)")
+    lr_backbone: float = Field(5e-5, ge=0, description="backbone learning rate (Table 14: 5e-5, 8x below)")
+    weight_decay: float = Field(0.05, ge=0, description="AdamW weight decay")
+    warmup_steps: int = Field(50, ge=0, description="linear warm-up steps before the cosine decay")
+    epochs: int = Field(12, ge=1, description="passes over the training split (Table 14: 12)")
+    max_steps: int | None = Field(None, gt=0, description="stop after this many optimiser steps (overrides epochs)")
+    batch_size: int = Field(32, gt=0, description="images per worker per step (Table 14: 32 per GPU)")
+    grad_clip: float = Field(1.0, gt=0, description="gradient norm clip")
+    ema: float = Field(0.9998, ge=0, lt=1, description="EMA decay (Table 14: 0.9998); warmed up as (1+t)/(10+t)")
+    amp: bool = Field(True, description="bfloat16 autocast on GPU (ignored on CPU)")
+
+
+class RunSettings(StrictConfig):
+    name: str = Field("relation", description="run name (folder under storage_path)")
+    storage_path: str = Field("runs/ray_train", description="RunConfig storage for checkpoints and results")
+    num_workers: int = Field(2, ge=1, description="DDP workers")
+    use_gpu: bool = Field(False, description="one GPU per worker and nccl; gloo on CPU otherwise")
+    cpus_per_worker: float = Field(0.75, gt=0, description="CPUs per worker (leave some for Ray Data)")
+    checkpoint_every: int = Field(50, gt=0, description="steps between checkpoints")
+    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in storage")
+    max_failures: int = Field(2, ge=0, description="worker-group restarts allowed (FailureConfig)")
+    seed: int = Field(0, description="seed for weights, rungs and augmentation")
+    val_every: int = Field(0, ge=0, description="validate every N steps on rank 0 (0: only at the end)")
+    val_images: int = Field(100, gt=0, description="validation images scored in the loop")
+    evaluate_test: bool = Field(True, description="after training, score the test split and the frequency baseline")
+    log_every: int = Field(10, gt=0, description="rank-0 console log interval in steps")
+    kill_worker_at_step: int | None = Field(None, gt=0, description="fault drill: the last rank SIGKILLs itself once at this step")
+
+
+class TrainRelationConfig(StrictConfig):
+    model: RelationModelConfig = Field(default_factory=RelationModelConfig, description="architecture")
+    loss: LossConfig = Field(default_factory=LossConfig, description="objective weights (Table 14)")
+    data: DataConfig = Field(default_factory=DataConfig, description="corpus, vocabulary and input pipeline")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="optimiser and schedule")
+    run: RunSettings = Field(default_factory=RunSettings, description="Ray Train run settings")
+
+
+@dataclass
+class TrainRelationResult:
+    checkpoint: str | None
+    metrics: dict = field(default_factory=dict)
+    test: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class _EMA:
+    """Exponential moving average of the floating-point state, warmed up as (1 + t) / (10 + t)."""
+
+    def __init__(self, model: torch.nn.Module, decay: float) -> None:
+        self.decay = decay
+        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module, step: int) -> None:
+        d = min(self.decay, (1 + step) / (10 + step))
+        for k, v in model.state_dict().items():
+            if v.dtype.is_floating_point:
+                self.state[k].mul_(d).add_(v.detach(), alpha=1 - d)
+            else:
+                self.state[k].copy_(v)
+
+
+class _Runner:
+    """Owns the step, validation and checkpoint I/O of one worker."""
+
+    def __init__(self, cfg: TrainRelationConfig, space: dict, total_steps: int) -> None:
+        import ray.train
+        import ray.train.torch
+        from relate.model.model import create_relation_model
+
+        self.cfg, self.total = cfg, total_steps
+        self.ctx = ray.train.get_context()
+        self.rank = self.ctx.get_world_rank()
+        torch.manual_seed(cfg.run.seed)
+        self.device = ray.train.torch.get_device()
+        self.space: PredicateSpace = space["space"].to(self.device)
+        self.bank = space["bank"]
+        self.bank_t = self.bank.tensor(self.device)
+        self.raw = create_relation_model(cfg.model)
+        self.ema = _EMA(self.raw, cfg.optim.ema)
+        self.model = ray.train.torch.prepare_model(self.raw, parallel_strategy_kwargs={"find_unused_parameters": True})
+        o = cfg.optim
+        self.opt = torch.optim.AdamW([{"params": self.raw.backbone_parameters(), "lr": o.lr_backbone},
+                                      {"params": self.raw.head_parameters(), "lr": o.lr_head}],
+                                     weight_decay=o.weight_decay)
+        self.base_lrs = [o.lr_backbone, o.lr_head]
+        self.step = 0
+        self.resumed_from = 0
+        self.rng = np.random.default_rng(cfg.run.seed)
+
+    def lr_scale(self) -> float:
+        w = self.cfg.optim.warmup_steps
+        if self.step < w:
+            return (self.step + 1) / w
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (self.step - w) / max(1, self.total - w))))
+
+    def train_step(self, batch: dict) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        images = batch["image"].to(self.device).permute(0, 3, 1, 2).float().div_(255)
+        boxes, valid = batch["boxes"].to(self.device).float(), batch["box_valid"].to(self.device).bool()
+        rels, cats = batch["rels"].to(self.device).long(), batch["categories"].to(self.device).long()
+        rung = float(self.rng.choice(cfg.data.rungs))  # one resolution per step (Table 14 multi-scale)
+        side = _rung_side(cfg.model.backbone.img_size, rung, self.raw.preprocessing.patch_size)
+        if side != images.shape[-1]:
+            boxes = boxes * (side / images.shape[-1])
+            images = torch.nn.functional.interpolate(images, size=(side, side), mode="bilinear", antialias=True)
+        amp = cfg.optim.amp and self.device.type == "cuda"
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
+            out = self.model(images, boxes, valid, self.bank_t, force=force_mask(rels, valid.shape[1]))
+            terms = relation_objective(out, rels, cats, valid, self.space, cfg.loss)
+        for g, base in zip(self.opt.param_groups, self.base_lrs):
+            g["lr"] = base * self.lr_scale()
+        self.opt.zero_grad(set_to_none=True)
+        terms["total"].backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), cfg.optim.grad_clip)
+        self.opt.step()
+        self.step += 1
+        self.ema.update(self.raw, self.step)
+        out = {f"loss/{k}": float(v.detach()) for k, v in terms.items()}
+        out.update({"grad_norm": float(gnorm), "step": self.step, "rung_side": side,
+                    "step_seconds": time.perf_counter() - t0, "resumed_from_step": self.resumed_from,
+                    "gate_deformable": float(self.raw.deformable.gate.detach()) if self.raw.deformable is not None else 0.0})
+        return out
+
+    def ema_model(self):
+        from relate.model.model import create_relation_model
+
+        m = create_relation_model(self.cfg.model)
+        m.load_state_dict(self.ema.state)
+        return m.eval()
+
+    def validate(self) -> dict[str, float]:
+        from relate.api import RelationPredictor
+
+        predictor = RelationPredictor(self.ema_model(), self.bank)
+        return {f"val/{k}": v for k, v in evaluate_split(predictor, self.cfg.data, "val",
+                                                          limit=self.cfg.run.val_images).items()
+                if isinstance(v, float)}
+
+    def save_checkpoint(self, folder: Path) -> None:
+        from relate.checkpoint import save_checkpoint
+
+        save_checkpoint(folder, self.raw, self.bank, state_dict=self.ema.state)
+        torch.save({"model": self.raw.state_dict(), "ema": self.ema.state, "opt": self.opt.state_dict(),
+                    "step": self.step, "rng": self.rng.bit_generator.state}, folder / "train_state.pt")
+
+    def load_checkpoint(self, folder: Path) -> None:
+        st = torch.load(folder / "train_state.pt", map_location=self.device, weights_only=False)
+        self.raw.load_state_dict(st["model"])
+        self.ema.state = st["ema"]
+        self.opt.load_state_dict(st["opt"])
+        self.step = int(st["step"])
+        self.resumed_from = self.step
+        self.rng.bit_generator.state = st["rng"]
+
+
+def _rung_side(base: int, rung: float, patch: int) -> int:
+    return max(patch, int(round(base * rung / patch)) * patch)
+
+
+def _maybe_kill(run: RunSettings, runner: _Runner, marker: Path) -> None:
+    """Fault drill: the last rank kills its own process once, mid-epoch, at the configured step.
+
+    It first waits until the controller has committed a checkpoint to storage (its snapshot file
+    lists one), so the drill tests resumption rather than a race with checkpoint registration.
+    """
+    if run.kill_worker_at_step is None or runner.step != run.kill_worker_at_step:
+        return
+    if runner.rank != runner.ctx.get_world_size() - 1 or marker.exists():
+        return
+    snapshot = marker.parent / "checkpoint_manager_snapshot.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and '"checkpoint_dir_name"' not in (snapshot.read_text() if snapshot.exists() else ""):
+        time.sleep(1.0)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(str(time.time()))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def train_loop_per_worker(config: dict) -> None:
+    import ray.train
+
+    cfg = TrainRelationConfig.model_validate(config["cfg"])
+    runner = _Runner(cfg, config["space"], config["total_steps"])
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            runner.load_checkpoint(Path(d))
+    shard = ray.train.get_dataset_shard("train")
+    marker = Path(config["marker"])
+    t_last = time.perf_counter()
+    while runner.step < runner.total:
+        for batch in shard.iter_torch_batches(batch_size=cfg.optim.batch_size, drop_last=True):
+            metrics = runner.train_step(batch)
+            _maybe_kill(cfg.run, runner, marker)
+            last = runner.step >= runner.total
+            if (cfg.run.val_every and runner.step % cfg.run.val_every == 0) or last:
+                if runner.rank == 0:
+                    metrics.update(runner.validate())
+            if runner.rank == 0 and runner.step % cfg.run.log_every == 0:
+                print(f"step {runner.step}/{runner.total} loss {metrics['loss/total']:.4f} side {metrics['rung_side']} "
+                      f"compute {metrics['step_seconds']:.2f}s wall {time.perf_counter() - t_last:.2f}s", flush=True)
+            t_last = time.perf_counter()
+            if runner.step % cfg.run.checkpoint_every == 0 or last:
+                with tempfile.TemporaryDirectory() as tmp:
+                    if runner.rank == 0:
+                        runner.save_checkpoint(Path(tmp))
+                    ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp)
+                                     if runner.rank == 0 else None)
+            else:
+                ray.train.report(metrics)
+            if last:
+                return
+
+
+def build_trainer(cfg: TrainRelationConfig):
+    """An unstarted TorchTrainer over the corpus (plus the driver-side predicate space)."""
+    import ray
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from relate.data.corpus import read_corpus
+
+    space = build_space(cfg.data, cfg.model.text_dim)
+    # the (small) row table is read and schema-validated once; the heavy work, image decoding,
+    # streams through Ray Data. Read tasks would compete with the trainers for the same CPUs.
+    table = read_corpus(cfg.data.corpus_root, "train").select(["image_id", "uri", "width", "height", "boxes",
+                                                                "relations"])
+    ds = ray.data.from_arrow(table)
+    stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
+                        forms=space["forms"], categories=space["categories"], seed=cfg.run.seed)
+    ds = ds.map_batches(DecodeStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
+                        batch_size=cfg.optim.batch_size,
+                        compute=ray.data.ActorPoolStrategy(size=cfg.data.decode_concurrency),
+                        num_cpus=cfg.data.decode_cpus)
+    per_step = cfg.optim.batch_size * cfg.run.num_workers
+    total = cfg.optim.max_steps or cfg.optim.epochs * max(1, space["n_train"] // per_step)
+    storage = Path(cfg.run.storage_path).resolve()
+    run_config = ray.train.RunConfig(
+        name=cfg.run.name, storage_path=str(storage),
+        failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
+        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints))
+    loop_cfg = {"cfg": cfg.model_dump(mode="json"), "space": space, "total_steps": int(total),
+                "marker": str(storage / cfg.run.name / ".fault_drill_done")}
+    return TorchTrainer(
+        train_loop_per_worker, train_loop_config=loop_cfg,
+        scaling_config=ray.train.ScalingConfig(num_workers=cfg.run.num_workers, use_gpu=cfg.run.use_gpu,
+                                               resources_per_worker={"CPU": cfg.run.cpus_per_worker}),
+        torch_config=TorchConfig(backend="nccl" if cfg.run.use_gpu else "gloo"),
+        run_config=run_config, datasets={"train": ds})
+
+
+def main(cfg: TrainRelationConfig) -> TrainRelationResult:
+    """Train, then (optionally) evaluate the final checkpoint and the frequency baseline on test."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, configure_logging=False)
+    t0 = time.perf_counter()
+    result = build_trainer(cfg).fit()
+    path = result.checkpoint.path if result.checkpoint is not None else None
+    out = TrainRelationResult(path, dict(result.metrics or {}))
+    if cfg.run.evaluate_test and path is not None:
+        from relate.api import load_model
+        from train_jobs.relation_data import report_test
+
+        out.test = report_test(load_model(path), cfg.data)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+if __name__ == "__main__":
+    res = main(parse_job_args(TrainRelationConfig, sys.argv[1:], description=__doc__ or ""))
+    print(f"checkpoint: {res.checkpoint}  ({res.seconds:.0f} s)")
