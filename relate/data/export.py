@@ -33,6 +33,24 @@ def _rows(corpus: pa.Table) -> list[dict]:
     return rows
 
 
+def _write_image(src: str, dest: Path, width: int, height: int, quality: int = 92) -> None:
+    """Place the corpus image at ``dest`` as JPEG (the benchmarks' format); a blank image of the
+    right size stands in when the source is not a readable local file (fixtures without pixels)."""
+    from PIL import Image
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with Image.open(src) as im:
+            im.convert("RGB").save(dest, quality=quality)
+    except (OSError, ValueError):
+        Image.new("RGB", (int(width), int(height))).save(dest, quality=50)
+
+
+def _write_images(rows: list[dict], image_dir: Path) -> None:
+    for r in rows:
+        _write_image(r["uri"], image_dir / f"{r['image_id']}.jpg", r["width"], r["height"])
+
+
 def _cells_by_image(cells: pa.Table | None) -> dict[str, list[dict]]:
     return {} if cells is None else {r["image_id"]: r["cells"] for r in cells.to_pylist()}
 
@@ -93,6 +111,7 @@ def write_vg_h5(corpus: pa.Table, out_dir: str | Path, *, box_scale: int = 1024,
         lr.append(len(rel) - 1 if r["relations"] else -1)
         meta.append({"image_id": r["image_id"], "width": r["width"], "height": r["height"],
                      "url": f"https://example.invalid/{r['image_id']}.jpg", "coco_id": None, "flickr_id": None})
+    _write_images(rows, out / "images")
     with h5py.File(out / h5_name, "w") as f:
         f["split"] = np.asarray(split, np.int32)
         for k, v in (("img_to_first_box", fb), ("img_to_last_box", lb), ("img_to_first_rel", fr), ("img_to_last_rel", lr)):
@@ -165,6 +184,7 @@ def write_psg(corpus: pa.Table, out_dir: str | Path, *, json_name: str = "psg.js
         data.append(entry)
     doc = {"thing_classes": classes, "stuff_classes": [], "predicate_classes": preds, "data": data,
            "test_image_ids": [r["image_id"] for r in rows if r["split"] == "test"]}
+    _write_images(rows, out / "images")
     (out / json_name).write_text(json.dumps(doc))
     return out
 
@@ -178,9 +198,8 @@ def write_haystack(corpus: pa.Table, out_dir: str | Path, *, cells: pa.Table | N
 def write_hico_det(corpus: pa.Table, out_dir: str | Path, *, cells: pa.Table | None = None,
                    images: bool = True) -> Path:
     """annotations/{trainval,test}_hico.json, hico_list_vb.txt, coco_categories.json and (with
-    ``images``) blank JPEGs of the right size, since the json layout carries no image size.
+    ``images``) the images as JPEG, since the json layout carries no image size.
     Pairs whose cells are all false are written as ``no_interaction``."""
-    from PIL import Image
 
     out = Path(out_dir)
     (out / "annotations").mkdir(parents=True, exist_ok=True)
@@ -202,7 +221,7 @@ def write_hico_det(corpus: pa.Table, out_dir: str | Path, *, cells: pa.Table | N
         if images:
             d = out / "images" / ("test2015" if sp == "test" else "train2015")
             d.mkdir(parents=True, exist_ok=True)
-            Image.new("RGB", (r["width"], r["height"])).save(d / f"{r['image_id']}.jpg", quality=50)
+            _write_image(r["uri"], d / f"{r['image_id']}.jpg", r["width"], r["height"])
     (out / "annotations" / "trainval_hico.json").write_text(json.dumps(by_split["train"]))
     (out / "annotations" / "test_hico.json").write_text(json.dumps(by_split["test"]))
     (out / "hico_list_vb.txt").write_text("id  vname\n--------\n" + "".join(f"{i}  {v}\n" for v, i in vid.items()))
@@ -224,6 +243,7 @@ def write_spatialsense(corpus: pa.Table, out_dir: str | Path, *, cells: pa.Table
                  "object": ent(c["object"]), "label": bool(c["label"])} for j, c in enumerate(cells.get(r["image_id"], []))]
         doc.append({"url": f"images/{r['image_id']}.jpg", "width": r["width"], "height": r["height"],
                     "split": {"val": "valid"}.get(r["split"], r["split"]), "annotations": anns})
+    _write_images(rows, out / "images")
     (out / "annotations.json").write_text(json.dumps(doc))
     return out
 

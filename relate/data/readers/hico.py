@@ -82,7 +82,7 @@ def read_hico_det(path: str | Path, *, split: str = "test", verb_list: str = "hi
             rels.append({"subject": s, "object": o, "predicate": v, "pass": "human", "gate": "kept", "score": None})
             cs.append({"subject": s, "object": o, "predicate": v, "label": True})
         iid = Path(d["file_name"]).stem
-        row = {"image_id": iid, "uri": str(Path("images") / img_dir / d["file_name"]) + ("" if real else "#size-from-boxes"),
+        row = {"image_id": iid, "uri": str(root / "images" / img_dir / d["file_name"]) + ("" if real else "#size-from-boxes"),
                "width": w, "height": h, "source": "hico_det", "split": split,
                "boxes": [make_box(*bb, objects[int(a["category_id"])]) for bb, a in zip(b, d["annotations"])],
                "relations": rels}

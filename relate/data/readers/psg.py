@@ -70,7 +70,7 @@ def _read(path: str | Path, *, source: str, split: str, json_name: str, boxes_fr
         r = [rel(t) for t in d.get("relations", []) if t[0] != t[1]]
         if filter_empty_rels and not r and not d.get("neg_relations"):
             continue
-        row = {"image_id": iid, "uri": str(Path("images") / d["file_name"]), "width": int(w), "height": int(h),
+        row = {"image_id": iid, "uri": str(root / "images" / d["file_name"]), "width": int(w), "height": int(h),
                "source": source, "split": split, "boxes": [make_box(*bb, c) for bb, c in zip(b, cats)], "relations": r}
         if with_negatives:
             cell = lambda t, y: {"subject": int(t[0]), "object": int(t[1]), "predicate": preds[int(t[2])], "label": y}  # noqa: E731

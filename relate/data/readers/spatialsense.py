@@ -51,9 +51,14 @@ def read_spatialsense(path: str | Path, *, split: str = "test", json_name: str =
         if not cells:
             continue
         iid = Path(d["url"]).stem or f"spatialsense_{k}"
-        rows.append({"image_id": iid, "uri": d["url"], "width": w, "height": h, "source": "spatialsense",
+        rows.append({"image_id": iid, "uri": _resolve(root, d["url"]), "width": w, "height": h, "source": "spatialsense",
                      "split": split, "boxes": boxes, "relations": rels, "cells": cells})
     corpus, cells_t = build_tables("spatialsense", rows)
     # the real file uses SPATIALSENSE_PREDICATES; the vocabulary is what the file holds
     vocab = tuple(sorted({c["predicate"] for r in rows for c in r["cells"]}))
     return BenchmarkData("spatialsense", corpus, cells_t, vocab)
+
+
+def _resolve(root: Path, url: str) -> str:
+    """Relative image paths are relative to the dataset folder; URLs and absolute paths pass through."""
+    return url if "://" in url or Path(url).is_absolute() else str(root / url)

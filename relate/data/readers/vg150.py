@@ -83,7 +83,7 @@ def read_vg_h5(path: str | Path, *, source: str = "vg150", split: str = "test", 
         if filter_empty_rels and not r:
             continue
         iid = str(meta["image_id"])
-        rows.append({"image_id": iid, "uri": str(Path(image_dir) / f"{iid}.jpg"), "width": int(w), "height": int(h),
+        rows.append({"image_id": iid, "uri": str(root / image_dir / f"{iid}.jpg"), "width": int(w), "height": int(h),
                      "source": source, "split": split, "boxes": [make_box(*bb, c) for bb, c in zip(b, cats)],
                      "relations": r})
     corpus, _ = build_tables(source, rows)

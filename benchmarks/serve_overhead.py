@@ -1,0 +1,171 @@
+"""Serving overhead of the Ray Serve app against the same model called in process (CPU).
+
+Figures:
+* ``http_over_inproc_p50``: HTTP end-to-end p50 of ``POST /v1/relations`` (base64 PNG in, JSON
+  out, through the proxy, the ingress and the batched RelationModel deployment) over the p50 of
+  ``RelationPredictor.predict`` in this process, batch 1, the released 448 px architecture
+  (random weights, identical in both). Calls alternate between the two paths so machine load
+  drifts hit both alike. Target <= 1.15. ``handle_over_inproc_p50`` calls the RelationModel
+  deployment through a DeploymentHandle (no proxy, no ingress) and ``http_over_handle_p50`` is
+  the share the HTTP path adds on top of it, which separates transport from replica compute.
+* ``batched_over_unbatched_throughput``: requests/s at concurrency 16 with ``serve.batch``
+  (max_batch_size 8) over the same deployment with max_batch_size 1, on the cpu_small
+  architecture (the 448 px model is too slow on 2 cores for a 16-way load in under a minute).
+
+``python -m benchmarks.serve_overhead [--quick] [--out FILE]``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import os
+import socket
+import sys
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SMALL_MODEL = {"backbone": {"name": "vit_tiny_patch16_224", "img_size": 96, "depth": 3, "patch_size": 8,
+                            "taps": [-3, -2, -1]},
+               "dim": 128, "heads": 4, "pair_layers": 1, "joint_layers": 1, "scene_grid": 6, "deformable": {"heads": 4}}
+VOCAB = [f"predicate {i}" for i in range(50)]
+
+
+def _scene():
+    from relate.data.synthetic import SyntheticConfig, make_scene
+
+    s = make_scene(0, SyntheticConfig(seed=0, min_size=224, max_size=224))
+    boxes = [{k: float(b[k]) for k in ("x1", "y1", "x2", "y2")} for b in s.boxes]
+    return s.image, boxes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _app(ckpt: Path, port: int, max_batch: int, threads: int):
+    from serve_apps.app import build_app
+
+    return build_app({"http": {"port": port},
+                      "relation": {"checkpoint": str(ckpt), "max_batch_size": max_batch, "torch_threads": threads,
+                                   "deployment": {"num_cpus": 0.5, "max_ongoing_requests": 32}},
+                      "detector": {"deployment": {"num_cpus": 0.05}}, "judge": {"deployment": {"num_cpus": 0.05}},
+                      "ingress": {"num_cpus": 0.1, "max_ongoing_requests": 64}})
+
+
+def _overhead(tmp: Path, port: int, n: int) -> dict[str, float]:
+    import httpx
+    import torch
+    from ray import serve
+
+    from relate.api import load_model
+    from relate.model import RelationModelConfig
+    from serve_apps.tiny import save_tiny_checkpoint
+
+    image, boxes = _scene()
+    released = RelationModelConfig().model_dump(mode="json")
+    ckpt = save_tiny_checkpoint(tmp / "released", VOCAB, model=released)
+    serve.run(_app(ckpt, port, 8, torch.get_num_threads()), name="overhead", route_prefix="/overhead")
+    predictor = load_model(ckpt)
+    arr = np.asarray([[b["x1"], b["y1"], b["x2"], b["y2"]] for b in boxes])
+    body = {"image": base64.b64encode(_png(image)).decode(), "boxes": boxes, "topk": 50}
+    handle = serve.get_deployment_handle("RelationModel", app_name="overhead")
+    req = {"image": image, "regions": arr, "vocabulary": None, "bank": None, "topk": 50, "threshold": None}
+    inproc, http, direct = [], [], []
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}/overhead", timeout=600) as c:
+        for i in range(n + 1):  # first round warms every path up
+            t0 = time.perf_counter()
+            predictor.predict(image, arr, topk=50)
+            t1 = time.perf_counter()
+            r = c.post("/v1/relations", json=body)
+            t2 = time.perf_counter()
+            handle.relations.remote(req).result()  # the model replica alone, no HTTP or ingress
+            t3 = time.perf_counter()
+            r.raise_for_status()
+            if i:
+                inproc.append(t1 - t0)
+                http.append(t2 - t1)
+                direct.append(t3 - t2)
+    serve.delete("overhead")
+    p_in, p_http, p_h = statistics.median(inproc), statistics.median(http), statistics.median(direct)
+    return {"http_over_inproc_p50": round(p_http / p_in, 4), "handle_over_inproc_p50": round(p_h / p_in, 4),
+            "http_over_handle_p50": round(p_http / p_h, 4), "inproc_p50_ms": round(p_in * 1e3, 1),
+            "http_p50_ms": round(p_http * 1e3, 1), "handle_p50_ms": round(p_h * 1e3, 1)}
+
+
+def _png(arr: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "PNG")
+    return buf.getvalue()
+
+
+async def _throughput(url: str, body: dict, n: int, concurrency: int) -> float:
+    import httpx
+
+    sem = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=600,
+                                 limits=httpx.Limits(max_connections=concurrency)) as c:
+        async def one():
+            async with sem:
+                (await c.post("/v1/relations", json=body)).raise_for_status()
+        await asyncio.gather(*[one() for _ in range(concurrency)])  # warm-up round
+        t0 = time.perf_counter()
+        await asyncio.gather(*[one() for _ in range(n)])
+        return n / (time.perf_counter() - t0)
+
+
+def _batching(tmp: Path, port: int, n: int) -> dict[str, float]:
+    import torch
+    from ray import serve
+
+    from serve_apps.tiny import save_tiny_checkpoint
+
+    image, boxes = _scene()
+    ckpt = save_tiny_checkpoint(tmp / "small", VOCAB, model=SMALL_MODEL)
+    body = {"image": base64.b64encode(_png(image)).decode(), "boxes": boxes, "topk": 50}
+    out = {}
+    for name, mb in (("batched", 8), ("unbatched", 1)):
+        serve.run(_app(ckpt, port, mb, torch.get_num_threads()), name=name, route_prefix=f"/{name}")
+        out[name] = asyncio.run(_throughput(f"http://127.0.0.1:{port}/{name}", body, n, 16))
+        serve.delete(name)
+    return {"batched_over_unbatched_throughput": round(out["batched"] / out["unbatched"], 4),
+            "batched_rps": round(out["batched"], 2), "unbatched_rps": round(out["unbatched"], 2)}
+
+
+def measure(quick: bool) -> dict[str, float]:
+    if "torch" in sys.modules:
+        raise RuntimeError("import serve_overhead before torch: OMP_NUM_THREADS must be set first")
+    import ray
+    from ray import serve
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Same threading environment on both paths: Ray gives the replica OMP_NUM_THREADS=1 (from its
+    # fractional num_cpus) and the deployment sets torch's intra-op threads to ours. Left unset in
+    # this process, OpenMP's defaults alone made the in-process baseline ~2x slower on 2 shared cores.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            figures = _overhead(Path(d), port, 4 if quick else 20)
+            figures.update(_batching(Path(d), port, 48 if quick else 320))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return figures
+
+
+if __name__ == "__main__":
+    from benchmarks._common import run_benchmark
+
+    run_benchmark("serve_overhead", measure)

@@ -1,0 +1,257 @@
+"""The Ray Serve application: a FastAPI ingress composing Detector, RelationModel and Judge.
+
+``build_app(cfg)`` returns an unstarted ``Application``; ``serve run serve_apps/configs/local.yaml``
+calls it with the YAML's ``args`` (validated against :class:`ServeAppConfig`). The ingress
+decodes and validates every request (security.py) before a model sees it, then calls the
+deployments through ``DeploymentHandle``s, so a bad request costs no model time and the model
+replicas only ever receive well-formed arrays.
+
+Endpoints (JSON in and out, versioned under /v1; each POST has a multipart ``/upload`` twin):
+``/v1/relations`` (client regions), ``/v1/graph`` (detector + relations), ``/v1/judge`` (A5b
+verdicts with the corruption control), ``/v1/render`` (PNG); ``/healthz``, ``/readyz``,
+``/openapi.json``, ``/docs``.
+"""
+
+# no "from __future__ import annotations": Serve rebuilds these signatures and needs real types
+
+import asyncio
+from typing import Any
+
+import numpy as np
+from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ValidationError
+from ray import serve
+
+from serve_apps import security as S
+from serve_apps.config import ServeAppConfig
+from serve_apps.schemas import (ErrorBody, GraphParams, GraphRequest, GraphResponse, HealthResponse, JudgeParams,
+                                JudgeRequest, JudgeResponse, ReadyResponse, RelationsParams, RelationsRequest,
+                                RelationsResponse, RenderParams, RenderRequest)
+
+__all__ = ["build_app", "api", "IngressDeployment"]
+
+api = FastAPI(title="relate: open-vocabulary visual relations", version="1.0.0",
+              description="Score (subject, predicate, object) triplets between image regions against any "
+                          "vocabulary, detect-and-relate, judge relations with a VLM, and render graphs.")
+api.add_middleware(S.BodyLimitMiddleware, max_bytes=lambda: S.STATE["max_request_bytes"])
+S.install_error_handlers(api)
+_bearer = HTTPBearer(auto_error=False, description="required when the server is configured with a token")
+
+
+def _auth(request: Request, _: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    S.check_token(request, S.STATE["token"])
+
+
+_ERRORS = {c: {"model": ErrorBody} for c in (400, 401, 413, 415, 422, 500, 503)}
+_V1 = {"dependencies": [Depends(_auth)], "responses": _ERRORS}
+_RETRIES = 2  # re-sends after a replica failure (Serve routes them to a live replica)
+_PARAMS_DOC = "JSON object with the same fields as the JSON endpoint's body, minus 'image'"
+
+
+def _parse(model: type[BaseModel], text: str) -> Any:
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        msgs = [f"params.{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:10]]
+        raise S.ApiError(422, "invalid_request", "; ".join(msgs)) from None
+
+
+async def _read_upload(upload: UploadFile) -> bytes:
+    return await upload.read()
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost message of a (Ray-wrapped) exception, without the remote traceback."""
+    cause = getattr(exc, "cause", None) or exc
+    text = str(cause).strip().splitlines()
+    return text[-1] if text else type(cause).__name__
+
+
+@serve.deployment(name="Ingress")
+@serve.ingress(api)
+class IngressDeployment:
+    def __init__(self, cfg: ServeAppConfig, relation, detector, judge) -> None:
+        self.cfg, self.sec = cfg, cfg.security
+        S.configure(cfg.security)
+        self.relation, self.detector, self.judge_handle = relation, detector, judge
+        self.banks = {"default", *cfg.relation.banks}
+
+    # ---- shared steps ---------------------------------------------------------------------
+    async def _image(self, data: bytes) -> np.ndarray:
+        # decoding a large image takes tens of ms: keep the ingress event loop free meanwhile
+        return await asyncio.to_thread(S.decode_image, data, self.sec)
+
+    def _vocab(self, p) -> dict:
+        topk = p.topk or self.cfg.relation.default_topk
+        if topk > self.sec.max_topk:
+            raise S.ApiError(422, "invalid_request", f"topk={topk} exceeds the limit of {self.sec.max_topk}")
+        vocab = None
+        if p.vocabulary is not None:
+            vocab = S.validate_strings(p.vocabulary, self.sec.max_vocabulary, self.sec.max_string_chars, "vocabulary")
+        if p.bank is not None and p.bank not in self.banks:
+            raise S.ApiError(422, "unknown_bank", f"bank {p.bank!r} is not configured; valid: {sorted(self.banks)}")
+        return {"vocabulary": vocab, "bank": p.bank, "topk": topk, "threshold": p.threshold}
+
+    async def _call(self, method, *args) -> Any:
+        """Call a deployment method; a replica that dies mid-request (a crash, a scale-down, a
+        node loss) is retried on another replica, since every model call here is idempotent."""
+        for attempt in range(_RETRIES + 1):
+            try:
+                out = await method.remote(*args)
+                break
+            except ValueError as exc:  # raised by a model for bad input (RayTaskError keeps the type)
+                raise S.ApiError(422, "invalid_request", _cause(exc)) from None
+            except Exception as exc:  # noqa: BLE001  replica died or timed out: retryable
+                if attempt == _RETRIES:
+                    raise S.ApiError(503, "unavailable", f"model call failed, retry: {type(exc).__name__}: "
+                                                         f"{_cause(exc)}") from None
+                await asyncio.sleep(0.2 * 2**attempt)
+        if isinstance(out, dict) and "error" in out:
+            raise S.ApiError(422, "invalid_request", out["error"])
+        return out
+
+    async def _score(self, image: np.ndarray, regions: np.ndarray, p) -> dict:
+        req = {"image": image, "regions": regions, **self._vocab(p)}
+        out = await self._call(self.relation.relations, req)
+        return {"width": int(image.shape[1]), "height": int(image.shape[0]), **out}
+
+    async def _relations(self, image: np.ndarray, p: RelationsParams) -> dict:
+        h, w = image.shape[:2]
+        regions = (S.validate_boxes(p.boxes, w, h, self.sec) if p.boxes is not None
+                   else S.decode_masks(p.masks, w, h, self.sec))
+        return await self._score(image, regions, p)
+
+    async def _graph(self, image: np.ndarray, p: GraphParams) -> dict:
+        queries = None
+        if p.queries is not None:
+            queries = S.validate_strings(p.queries, self.sec.max_vocabulary, self.sec.max_string_chars, "queries")
+        if p.max_boxes is not None and p.max_boxes > self.sec.max_regions:
+            raise S.ApiError(422, "invalid_request", f"max_boxes={p.max_boxes} exceeds the limit of {self.sec.max_regions}")
+        self._vocab(p)  # fail fast before running the detector
+        dets = await self._call(self.detector.detect, image, queries, p.detector_threshold, p.max_boxes)
+        if len(dets) < 2:
+            strings = len(p.vocabulary) if p.vocabulary is not None else 0
+            return {"width": int(image.shape[1]), "height": int(image.shape[0]), "regions": dets,
+                    "bank": p.bank or ("request" if p.vocabulary is not None else "default"),
+                    "vocabulary_size": strings, "calibrated": False, "triplets": [], "layout": [], "content": []}
+        boxes = np.array([[d["x1"], d["y1"], d["x2"], d["y2"]] for d in dets], dtype=np.float64)
+        return {"regions": dets, **await self._score(image, boxes, p)}
+
+    async def _judge(self, image: np.ndarray, p: JudgeParams) -> dict:
+        h, w = image.shape[:2]
+        boxes = S.validate_boxes(p.boxes, w, h, self.sec)
+        if len(p.relations) > self.sec.max_relations_judged:
+            raise S.ApiError(422, "invalid_request", f"relations: {len(p.relations)} exceed the limit of "
+                                                     f"{self.sec.max_relations_judged}")
+        rels = []
+        for i, r in enumerate(p.relations):
+            if r.subject >= len(boxes) or r.object >= len(boxes) or r.subject == r.object:
+                raise S.ApiError(422, "invalid_request", f"relations[{i}]: subject {r.subject} and object {r.object} "
+                                                         f"must be distinct indices below {len(boxes)}")
+            pred = S.validate_strings([r.predicate], 1, self.sec.max_string_chars, f"relations[{i}].predicate")[0]
+            rels.append({"subject": r.subject, "object": r.object, "predicate": pred})
+        out = await self._call(self.judge_handle.judge, image, boxes, rels, p.corruption_share, p.seed)
+        strip = lambda xs: [{k: v for k, v in x.items() if k != "raw"} for x in xs]  # noqa: E731
+        return {"verdicts": strip(out["verdicts"]), "controls": strip(out["controls"]),
+                "control_acceptance": out["control_acceptance"]}
+
+    async def _render(self, image: np.ndarray, p: RenderParams) -> Response:
+        from serve_apps.render import render_graph_png
+
+        h, w = image.shape[:2]
+        boxes = S.validate_boxes(p.boxes, w, h, self.sec, min_count=1)
+        if p.triplets is not None:
+            for i, t in enumerate(p.triplets):
+                if t.subject >= len(boxes) or t.object >= len(boxes):
+                    raise S.ApiError(422, "invalid_request", f"triplets[{i}]: index out of range for {len(boxes)} boxes")
+            triplets = [t.model_dump() for t in p.triplets]
+        elif len(boxes) >= 2:
+            triplets = (await self._score(image, boxes, p))["triplets"]
+        else:
+            triplets = []
+        png = await asyncio.to_thread(render_graph_png, image, boxes, triplets)
+        return Response(content=png, media_type="image/png")
+
+    # ---- JSON endpoints ---------------------------------------------------------------------
+    @api.post("/v1/relations", response_model=RelationsResponse, **_V1)
+    async def relations(self, body: RelationsRequest) -> dict:
+        """Scored triplets for client-given regions (boxes or masks) against a vocabulary."""
+        return await self._relations(await self._image(S.decode_base64(body.image)), body)
+
+    @api.post("/v1/graph", response_model=GraphResponse, **_V1)
+    async def graph(self, body: GraphRequest) -> dict:
+        """Detect regions with the open-vocabulary detector, then score their relations."""
+        return await self._graph(await self._image(S.decode_base64(body.image)), body)
+
+    @api.post("/v1/judge", response_model=JudgeResponse, **_V1)
+    async def judge(self, body: JudgeRequest) -> dict:
+        """Per-relation true/false verdicts from the VLM judge, with the optional corruption control."""
+        return await self._judge(await self._image(S.decode_base64(body.image)), body)
+
+    @api.post("/v1/render", response_class=Response, dependencies=_V1["dependencies"],
+              responses={200: {"content": {"image/png": {}}, "description": "PNG"}, **_ERRORS})
+    async def render(self, body: RenderRequest) -> Response:
+        """PNG of the image with numbered boxes and the relation graph drawn."""
+        return await self._render(await self._image(S.decode_base64(body.image)), body)
+
+    # ---- multipart twins ----------------------------------------------------------------------
+    @api.post("/v1/relations/upload", response_model=RelationsResponse, **_V1)
+    async def relations_upload(self, image: UploadFile = File(..., description="image file"),
+                               params: str = Form(..., description=_PARAMS_DOC)) -> dict:
+        return await self._relations(await self._image(await _read_upload(image)), _parse(RelationsParams, params))
+
+    @api.post("/v1/graph/upload", response_model=GraphResponse, **_V1)
+    async def graph_upload(self, image: UploadFile = File(..., description="image file"),
+                           params: str = Form("{}", description=_PARAMS_DOC)) -> dict:
+        return await self._graph(await self._image(await _read_upload(image)), _parse(GraphParams, params))
+
+    @api.post("/v1/judge/upload", response_model=JudgeResponse, **_V1)
+    async def judge_upload(self, image: UploadFile = File(..., description="image file"),
+                           params: str = Form(..., description=_PARAMS_DOC)) -> dict:
+        return await self._judge(await self._image(await _read_upload(image)), _parse(JudgeParams, params))
+
+    @api.post("/v1/render/upload", response_class=Response, dependencies=_V1["dependencies"],
+              responses={200: {"content": {"image/png": {}}, "description": "PNG"}, **_ERRORS})
+    async def render_upload(self, image: UploadFile = File(..., description="image file"),
+                            params: str = Form(..., description=_PARAMS_DOC)) -> Response:
+        return await self._render(await self._image(await _read_upload(image)), _parse(RenderParams, params))
+
+    # ---- health -----------------------------------------------------------------------------
+    @api.get("/healthz", response_model=HealthResponse)
+    async def healthz(self) -> dict:
+        """Liveness: the ingress answers (no model is called)."""
+        return {"status": "ok"}
+
+    @api.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
+    async def readyz(self):
+        """Readiness: every deployment answers within 5 s."""
+        names = {"relation": self.relation, "detector": self.detector, "judge": self.judge_handle}
+        states = {}
+        for name, h in names.items():
+            try:
+                await asyncio.wait_for(h.info.remote(), timeout=5.0)
+                states[name] = "ok"
+            except Exception as exc:  # noqa: BLE001
+                states[name] = f"{type(exc).__name__}: {_cause(exc)}"[:200]
+        ready = all(v == "ok" for v in states.values())
+        return JSONResponse({"status": "ready" if ready else "not_ready", "deployments": states},
+                            status_code=200 if ready else 503)
+
+
+def build_app(cfg: ServeAppConfig | dict[str, Any] | None = None):
+    """The unstarted Serve application for ``cfg`` (a ServeAppConfig or its dict form)."""
+    from serve_apps.deployments import DetectorDeployment, JudgeDeployment, RelationModelDeployment
+
+    cfg = ServeAppConfig.model_validate(cfg or {}) if not isinstance(cfg, ServeAppConfig) else cfg
+    S.resolve_token(cfg.security)  # a missing token variable fails here, not on the first request
+    relation = RelationModelDeployment.options(**cfg.relation.deployment.serve_options()).bind(cfg.relation)
+    detector = DetectorDeployment.options(**cfg.detector.deployment.serve_options()).bind(cfg.detector.detector)
+    judge = JudgeDeployment.options(**cfg.judge.deployment.serve_options()).bind(cfg.judge.judge)
+    return IngressDeployment.options(**cfg.ingress.serve_options()).bind(cfg, relation, detector, judge)
+
+
+def app_builder(args: dict[str, Any]):
+    """Entry point for Serve config files (``import_path: serve_apps.app:app_builder``)."""
+    return build_app(ServeAppConfig.model_validate(args or {}))

@@ -1,0 +1,160 @@
+"""The Serve application's one config: HTTP binding, limits, and each deployment's model and resources.
+
+A Serve config YAML passes this model as the application's ``args``; Serve validates them
+against the builder's type annotation, so an unknown key fails ``serve run`` before anything
+starts. Resource settings live next to the model they size (``deployment`` in each section).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, SecretStr, model_validator
+
+from actors.detector import DetectorConfig
+from actors.judge import JudgeConfig
+from relate.config import StrictConfig
+from relate.model.config import RelationModelConfig
+
+__all__ = ["AutoscalingOptions", "DeploymentOptions", "HttpSettings", "SecuritySettings", "RandomModelSettings",
+           "RelationSettings", "DetectorSettings", "JudgeSettings", "ServeAppConfig"]
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class AutoscalingOptions(StrictConfig):
+    """Serve autoscaling: replicas follow the number of ongoing requests per replica."""
+
+    min_replicas: int = Field(1, ge=0, description="replicas kept when idle (>=1 keeps the model warm)")
+    initial_replicas: int | None = Field(None, ge=0, description="replicas at deploy time (None: min_replicas)")
+    max_replicas: int = Field(2, ge=1, description="upper bound (GPUs available / num_gpus per replica)")
+    target_ongoing_requests: float = Field(2.0, gt=0, description="requests in flight per replica the scaler aims at")
+    upscale_delay_s: float = Field(10.0, ge=0, description="sustained overload before adding a replica")
+    downscale_delay_s: float = Field(300.0, ge=0, description="sustained idleness before removing one (model load is slow)")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "AutoscalingOptions":
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) < min_replicas ({self.min_replicas})")
+        return self
+
+
+class DeploymentOptions(StrictConfig):
+    """Replicas, concurrency, resources and health checks of one deployment."""
+
+    num_replicas: int = Field(1, ge=1, description="fixed replica count (ignored when autoscaling is set)")
+    autoscaling: AutoscalingOptions | None = Field(None, description="autoscaling instead of a fixed count")
+    max_ongoing_requests: int = Field(16, ge=1, description="requests a replica accepts at once (>= max_batch_size to fill batches)")
+    max_queued_requests: int = Field(-1, ge=-1, description="requests queued in callers before 503 (-1: unbounded)")
+    num_cpus: float = Field(0.5, ge=0, description="CPUs reserved per replica (fractions share a small machine)")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs per replica; fractions pack several models on one GPU")
+    health_check_period_s: float = Field(10.0, gt=0, description="seconds between the controller's health checks")
+    health_check_timeout_s: float = Field(30.0, gt=0, description="a check slower than this marks the replica unhealthy")
+    graceful_shutdown_timeout_s: float = Field(20.0, ge=0, description="time to drain in-flight requests on shutdown")
+
+    def serve_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``Deployment.options``."""
+        opts: dict[str, Any] = {
+            "max_ongoing_requests": self.max_ongoing_requests, "max_queued_requests": self.max_queued_requests,
+            "ray_actor_options": {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus},
+            "health_check_period_s": self.health_check_period_s, "health_check_timeout_s": self.health_check_timeout_s,
+            "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s}
+        if self.autoscaling is not None:
+            opts["autoscaling_config"] = self.autoscaling.model_dump(exclude_none=True)
+            opts["num_replicas"] = "auto"
+        else:
+            opts["num_replicas"] = self.num_replicas
+        return opts
+
+
+class HttpSettings(StrictConfig):
+    """Where ``scripts/serve_demo.py`` and the tests bind Serve's HTTP proxy (YAMLs use http_options)."""
+
+    host: str = Field("127.0.0.1", description="bind address; loopback unless allow_public is set")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0 is not allowed by Serve; tests pick a free one)")
+    allow_public: bool = Field(False, description="permit a non-loopback host (put a bearer token in front of it)")
+
+    @model_validator(mode="after")
+    def _loopback(self) -> "HttpSettings":
+        if self.host not in _LOOPBACK and not self.allow_public:
+            raise ValueError(f"http.host={self.host!r} exposes the server beyond this machine; "
+                             "set http.allow_public=true to mean it")
+        return self
+
+
+class SecuritySettings(StrictConfig):
+    """Request limits and authentication enforced by the ingress before any model runs."""
+
+    bearer_token: SecretStr | None = Field(None, description="if set, every /v1 request needs 'Authorization: Bearer <token>'")
+    bearer_token_env: str | None = Field(None, description="name of an environment variable holding the token (kept out of YAML)")
+    max_request_bytes: int = Field(16 * 2**20, gt=0, description="largest request body accepted (413 beyond)")
+    max_image_pixels: int = Field(25_000_000, gt=0, description="largest width*height decoded; checked from the header before decoding")
+    max_image_side: int = Field(8192, gt=0, description="largest width or height accepted")
+    max_regions: int = Field(200, ge=2, description="most regions per request")
+    max_vocabulary: int = Field(1024, ge=1, description="most predicate strings per request")
+    max_string_chars: int = Field(80, ge=1, description="longest predicate or query string")
+    max_relations_judged: int = Field(64, ge=1, description="most relations per judge request")
+    max_topk: int = Field(1000, ge=1, description="largest top-k a request may ask for")
+
+
+class RandomModelSettings(StrictConfig):
+    """Random weights for smoke runs without a trained checkpoint (scores are meaningless)."""
+
+    model: RelationModelConfig = Field(default_factory=RelationModelConfig, description="architecture to instantiate")
+    vocabulary: list[str] | None = Field(None, description="default vocabulary (None: the synthetic world's surface forms)")
+    text_encoder: str = Field("minilm", description="text encoder registry name used to embed the vocabulary")
+    seed: int = Field(0, description="torch seed, so every replica builds identical weights")
+
+
+class RelationSettings(StrictConfig):
+    """The relation model deployment."""
+
+    checkpoint: str | None = Field(None, description="checkpoint folder written by train_jobs.train_relation")
+    random: RandomModelSettings | None = Field(None, description="random weights when no checkpoint is given")
+    banks: dict[str, list[str]] = Field(default_factory=dict, description="named vocabularies a request may select "
+                                        "by name ('default' is always the checkpoint's own bank)")
+    bank_cache_size: int = Field(16, ge=1, description="per-request vocabularies kept embedded, by content hash (LRU)")
+    max_batch_size: int = Field(8, ge=1, description="serve.batch: most requests scored in one forward")
+    batch_wait_timeout_s: float = Field(0.01, ge=0, description="serve.batch: wait for a batch to fill")
+    default_topk: int = Field(50, ge=1, description="triplets returned when the request gives no top-k")
+    device: str = Field("cpu", description="torch device")
+    torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads in the replica (Ray sets "
+                                                             "OMP threads from num_cpus, which is too few for fractions)")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="replicas and resources")
+
+    @model_validator(mode="after")
+    def _source(self) -> "RelationSettings":
+        if (self.checkpoint is None) == (self.random is None):
+            raise ValueError("relation needs exactly one of 'checkpoint' (a trained folder) or 'random' (smoke runs)")
+        if "default" in self.banks:
+            raise ValueError("bank name 'default' is reserved for the checkpoint's own vocabulary")
+        return self
+
+
+class DetectorSettings(StrictConfig):
+    """The detector deployment."""
+
+    detector: DetectorConfig = Field(default_factory=DetectorConfig, description="model and operating point")
+    deployment: DeploymentOptions = Field(default_factory=lambda: DeploymentOptions(num_cpus=0.25),
+                                          description="replicas and resources")
+
+
+class JudgeSettings(StrictConfig):
+    """The judge deployment (a thin client when the VLM itself is another Serve app)."""
+
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="backend and prompt settings")
+    deployment: DeploymentOptions = Field(default_factory=lambda: DeploymentOptions(num_cpus=0.25),
+                                          description="replicas and resources")
+
+
+class ServeAppConfig(StrictConfig):
+    """Everything ``serve_apps.app.build_app`` needs."""
+
+    http: HttpSettings = Field(default_factory=HttpSettings, description="HTTP binding used by scripts and tests")
+    security: SecuritySettings = Field(default_factory=SecuritySettings, description="limits and authentication")
+    relation: RelationSettings = Field(default_factory=lambda: RelationSettings(random=RandomModelSettings()),
+                                       description="relation model deployment")
+    detector: DetectorSettings = Field(default_factory=DetectorSettings, description="detector deployment")
+    judge: JudgeSettings = Field(default_factory=JudgeSettings, description="judge deployment")
+    ingress: DeploymentOptions = Field(default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=64),
+                                       description="the FastAPI ingress (decodes and validates; light)")

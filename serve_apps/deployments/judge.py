@@ -1,0 +1,67 @@
+"""Judge deployment: per-relation verdicts (``actors.judge.JudgeActor``) behind Serve.
+
+On GPU clusters the VLM itself runs as a separate ``ray.serve.llm`` OpenAI-compatible app
+(vLLM, Qwen3-VL) and this deployment is a light client of it (backend ``openai``);
+:func:`build_judge_llm_app` builds that app from typed args, importing ``ray.serve.llm`` only
+when called, so CPU machines never need vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+from ray import serve
+
+from actors.judge import JudgeActor, JudgeConfig
+from relate.config import StrictConfig
+
+__all__ = ["JudgeDeployment", "JudgeLLMConfig", "build_judge_llm_app"]
+
+
+@serve.deployment(name="Judge")
+class JudgeDeployment:
+    def __init__(self, cfg: JudgeConfig | dict[str, Any]) -> None:
+        self.actor = JudgeActor(cfg)
+
+    def info(self) -> dict:
+        return {"backend": self.actor.cfg.backend}
+
+    def check_health(self) -> None:
+        if self.actor.backend is None:
+            raise RuntimeError("judge backend not initialised")
+
+    async def judge(self, image: np.ndarray, boxes: np.ndarray, relations: list[dict], corruption_share: float,
+                    seed: int) -> dict:
+        return await asyncio.to_thread(self.actor.judge, image, boxes, relations, corruption_share, seed)
+
+
+class JudgeLLMConfig(StrictConfig):
+    """The VLM judge as a ``ray.serve.llm`` OpenAI app (seed 001, D.8: Qwen3-VL-8B, 300-token answers)."""
+
+    model_id: str = Field("qwen3-vl-8b", description="name clients send as 'model'")
+    model_source: str = Field("Qwen/Qwen3-VL-8B-Instruct", description="hub id or local path of the weights")
+    accelerator_type: str | None = Field(None, description="Ray accelerator type to pin replicas to (e.g. H100)")
+    min_replicas: int = Field(1, ge=0, description="autoscaling lower bound")
+    max_replicas: int = Field(2, ge=1, description="autoscaling upper bound (one GPU each at tp=1)")
+    target_ongoing_requests: int = Field(32, ge=1, description="requests in flight per replica the scaler aims at")
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: {"max_model_len": 8192, "limit_mm_per_prompt": {"image": 1},
+                                 "gpu_memory_utilization": 0.85, "tensor_parallel_size": 1},
+        description="passed to the vLLM engine verbatim")
+
+
+def build_judge_llm_app(args: JudgeLLMConfig):
+    """An unstarted OpenAI-compatible Serve app hosting the judge VLM with vLLM (GPU clusters only)."""
+    from ray.serve.llm import LLMConfig, build_openai_app  # lazy: pulls in vLLM
+
+    cfg = JudgeLLMConfig.model_validate(args) if isinstance(args, dict) else args
+    llm = LLMConfig(
+        model_loading_config={"model_id": cfg.model_id, "model_source": cfg.model_source},
+        accelerator_type=cfg.accelerator_type,
+        deployment_config={"autoscaling_config": {"min_replicas": cfg.min_replicas, "max_replicas": cfg.max_replicas,
+                                                  "target_ongoing_requests": cfg.target_ongoing_requests}},
+        engine_kwargs=cfg.engine_kwargs)
+    return build_openai_app({"llm_configs": [llm]})

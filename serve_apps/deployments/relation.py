@@ -1,0 +1,169 @@
+"""RelationModel deployment: a checkpoint and its text bank behind ``serve.batch``.
+
+Concurrent requests are gathered into one forward pass (``serve.batch``); within a batch they
+are grouped by vocabulary, because the model scores every pair against one bank matrix at a
+time. A per-request vocabulary is embedded once with the checkpoint's own text encoder and kept
+in a small LRU keyed by the sha256 of its strings, so repeated vocabularies cost nothing and a
+stream of distinct ones cannot grow memory without bound. Scores come from the same
+``RelationPredictor`` the Python API and the evaluator use, so they match ``predict`` exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+from ray import serve
+
+from serve_apps.config import RelationSettings
+
+__all__ = ["RelationModelDeployment", "load_predictor", "vocabulary_key", "BankCache"]
+
+
+def load_predictor(settings: RelationSettings):
+    """A ``RelationPredictor`` from the checkpoint folder, or seeded random weights for smoke runs."""
+    from relate.api import RelationPredictor, load_model
+
+    if settings.checkpoint is not None:
+        return load_model(settings.checkpoint, device=settings.device, batch_size=settings.max_batch_size)
+    import torch
+
+    from relate.data.lexicon import all_surface_forms
+    from relate.model.model import create_relation_model
+    from relate.text.bank import build_bank
+
+    rnd = settings.random
+    torch.manual_seed(rnd.seed)  # identical weights in every replica
+    model = create_relation_model(rnd.model)
+    bank = build_bank(rnd.vocabulary or all_surface_forms(), encoder_name=rnd.text_encoder)
+    return RelationPredictor(model, bank, device=settings.device, batch_size=settings.max_batch_size)
+
+
+def vocabulary_key(strings: Sequence[str]) -> str:
+    """Content hash of a vocabulary (order matters: indices in the bank follow it)."""
+    return hashlib.sha256("\n".join(strings).encode()).hexdigest()
+
+
+class BankCache:
+    """Embedded vocabularies by content hash, least recently used evicted beyond ``size``.
+
+    It owns the predictor's bank table for request vocabularies: the predictor keeps every bank
+    it ever saw, so evicted ones are removed there too (the default bank is never evicted).
+    """
+
+    def __init__(self, predictor, size: int) -> None:
+        self.predictor, self.size = predictor, size
+        self._lru: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self.pinned = {tuple(predictor.vocabulary)}
+
+    def ensure(self, strings: tuple[str, ...], pin: bool = False) -> str:
+        from relate.text.bank import build_bank
+
+        key = vocabulary_key(strings)
+        if strings not in self.predictor._banks:  # noqa: SLF001  (see module docstring)
+            self.predictor._install(build_bank(strings, encoder_name=self.predictor.text_encoder))  # noqa: SLF001
+        if pin or strings in self.pinned:
+            self.pinned.add(strings)
+            return key
+        if key in self._lru:
+            self._lru.move_to_end(key)
+            return key
+        self._lru[key] = strings
+        while len(self._lru) > self.size:
+            _, old = self._lru.popitem(last=False)
+            if old not in self.pinned:
+                self.predictor._banks.pop(old, None)  # noqa: SLF001
+        return key
+
+
+@serve.deployment(name="RelationModel")
+class RelationModelDeployment:
+    """``relations(request)`` -> triplets, layout and content graphs for one image."""
+
+    def __init__(self, settings: RelationSettings | dict[str, Any]) -> None:
+        self.settings = RelationSettings.model_validate(settings) if isinstance(settings, dict) else settings
+        if self.settings.torch_threads:
+            import torch
+
+            torch.set_num_threads(self.settings.torch_threads)
+        self.predictor = load_predictor(self.settings)
+        self.cache = BankCache(self.predictor, self.settings.bank_cache_size)
+        self.named = {"default": tuple(self.predictor.vocabulary)}
+        self.named.update({k: tuple(s.strip() for s in v) for k, v in self.settings.banks.items()})
+        self._batched.set_max_batch_size(self.settings.max_batch_size)
+        self._batched.set_batch_wait_timeout_s(self.settings.batch_wait_timeout_s)
+
+    def info(self) -> dict:
+        return {"banks": sorted(self.named), "default_size": len(self.named["default"]),
+                "calibrated": bool(self.predictor.calibration.fitted)}
+
+    def check_health(self) -> None:
+        if self.predictor is None or not self.named["default"]:
+            raise RuntimeError("relation model not loaded")
+
+    def _strings(self, req: dict) -> tuple[tuple[str, ...], str]:
+        if req.get("vocabulary") is not None:
+            strings = tuple(req["vocabulary"])
+            return strings, "request:" + vocabulary_key(strings)[:12]
+        name = req.get("bank") or "default"
+        if name not in self.named:
+            raise ValueError(f"unknown bank {name!r}; configured banks: {sorted(self.named)}")
+        return self.named[name], name
+
+    async def relations(self, req: dict) -> dict:
+        """One image: ``image`` (H, W, 3) uint8, ``regions`` (boxes (N, 4) or masks (N, H, W)),
+        ``vocabulary`` or ``bank``, ``topk``, ``threshold``. Errors come back as {"error": msg}."""
+        # arrays arrive read-only (zero-copy from the object store); torch wants writable memory
+        req = {**req, "image": np.array(req["image"]), "regions": np.array(req["regions"])}
+        return await self._batched(req)
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
+    async def _batched(self, reqs: list[dict]) -> list[dict]:
+        return await asyncio.to_thread(self._score_many, reqs)
+
+    def _score_many(self, reqs: list[dict]) -> list[dict]:
+        if self.settings.torch_threads:  # OpenMP's thread count is per OS thread: apply it in this worker too
+            import torch
+
+            torch.set_num_threads(self.settings.torch_threads)
+        out: list[dict | None] = [None] * len(reqs)
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for i, r in enumerate(reqs):
+            try:
+                strings, label = self._strings(r)
+                if r.get("threshold") is not None and not self.predictor.calibration.fitted:
+                    raise ValueError("threshold needs a calibrated checkpoint (its Platt a, b are not fitted); use topk")
+                self.cache.ensure(strings, pin=label in self.named)
+                r["_label"] = label
+                groups.setdefault(strings, []).append(i)
+            except ValueError as exc:
+                out[i] = {"error": str(exc)}
+        for strings, idx in groups.items():
+            try:  # one forward for the group
+                scores = self.predictor.score_images([reqs[i]["image"] for i in idx],
+                                                     [reqs[i]["regions"] for i in idx], strings)
+            except ValueError:  # one bad request must not fail its neighbours: retry one by one
+                scores = [self._score_one(reqs[i], strings) for i in idx]
+            for i, s in zip(idx, scores):
+                out[i] = s if isinstance(s, dict) else self._graph(s, strings, reqs[i])
+        return out
+
+    def _score_one(self, req: dict, strings: tuple[str, ...]):
+        try:
+            return self.predictor.score_images([req["image"]], [req["regions"]], strings)[0]
+        except ValueError as exc:
+            return {"error": str(exc)}
+
+    def _graph(self, s, strings: tuple[str, ...], req: dict) -> dict:
+        topk = int(req.get("topk") or self.settings.default_topk)
+        thr = req.get("threshold")
+        trip = self.predictor._triplets  # noqa: SLF001  (the API's one home of triplet formation)
+        empty = s.pairs.shape[0] == 0
+        return {"bank": req["_label"], "vocabulary_size": len(strings),
+                "calibrated": bool(self.predictor.calibration.fitted),
+                "triplets": [] if empty else trip(s, strings, s.l_pred, topk, thr),
+                "layout": [] if empty else trip(s, strings, s.l_spa, topk, thr),
+                "content": [] if empty else trip(s, strings, s.l_sem, topk, thr)}
