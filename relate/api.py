@@ -42,7 +42,8 @@ def prepare_image(image, size: int, interpolation: str = "bicubic") -> torch.Ten
     arr = _as_array(image)
     if arr.ndim != 3 or arr.shape[2] != 3:
         raise ValueError(f"image must be (H, W, 3) RGB, got shape {arr.shape}")
-    t = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1).float().div_(255.0)
+    # torch.tensor copies: decoded images are often read-only views that from_numpy warns about
+    t = torch.tensor(arr, dtype=torch.uint8).permute(2, 0, 1).float().div_(255.0)
     mode = interpolation if interpolation in ("bilinear", "bicubic") else "bilinear"
     out = F.interpolate(t[None], size=(size, size), mode=mode, antialias=True, align_corners=False)[0]
     return out.clamp_(0, 1)
