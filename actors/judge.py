@@ -61,14 +61,9 @@ _NO = {"no", "false", "n", "0", "incorrect"}
 
 def parse_verdict(text: Any) -> bool | None:
     """True/False from the last JSON object holding an answer; None when there is none."""
-    from relate.parsing import _balanced_spans, _loads  # one home for JSON repair
+    from relate.parsing import json_objects_from_end  # one home for JSON repair
 
-    if not isinstance(text, str):
-        return None
-    for a, b in reversed(_balanced_spans(text)[-50:]):
-        value = _loads(text[a:b])
-        if not isinstance(value, dict):
-            continue
+    for value in json_objects_from_end(text):
         for key in ("answer", "verdict", "holds", "true"):
             if key in value:
                 v = value[key]

@@ -20,7 +20,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-__all__ = ["ParsedRelation", "ParseResult", "parse_relations", "extract_json", "OUTPUT_REASONS", "ITEM_REASONS"]
+__all__ = ["ParsedRelation", "ParseResult", "parse_relations", "extract_json", "json_objects_from_end",
+           "OUTPUT_REASONS", "ITEM_REASONS"]
 
 OUTPUT_REASONS = ("not_text", "empty", "no_json", "no_relations", "parser_error")
 ITEM_REASONS = ("not_an_object", "missing_field", "bad_id", "bad_predicate", "label_mismatch", "too_many")
@@ -203,3 +204,14 @@ def parse_relations(text: Any, *, id_base: int = 1, labels: Sequence[str | None]
     if res.reason is not None:
         res.problems[res.reason] += 1
     return res
+
+
+def json_objects_from_end(text: object, limit: int = 50):
+    """Yield the JSON objects found in free text, last first, repaired as relation output is
+    (code fences, trailing commas); at most ``limit`` candidates. Judge verdict parsers use it."""
+    if not isinstance(text, str):
+        return
+    for a, b in reversed(_balanced_spans(text)[-limit:]):
+        value = _loads(text[a:b])
+        if isinstance(value, dict):
+            yield value

@@ -130,14 +130,9 @@ _TIE = {"tie", "equal", "0", "neither", "both", "same"}
 
 def parse_graph_verdict(text: Any) -> str | None:
     """'first' | 'second' | 'tie' from the last JSON object naming the better description."""
-    from relate.parsing import _balanced_spans, _loads  # one home for JSON repair
+    from relate.parsing import json_objects_from_end  # one home for JSON repair
 
-    if not isinstance(text, str):
-        return None
-    for a, b in reversed(_balanced_spans(text)[-50:]):
-        value = _loads(text[a:b])
-        if not isinstance(value, dict):
-            continue
+    for value in json_objects_from_end(text):
         for key in ("better", "winner", "answer", "choice"):
             if key in value:
                 s = str(value[key]).strip().lower()
