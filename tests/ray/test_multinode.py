@@ -197,9 +197,12 @@ def test_training_resumes_from_checkpoint_on_remaining_node(cluster, synthetic_r
                              "--set run.name=mn --set run.num_workers=1 --set run.cpus_per_worker=0.5 "
                              "--set run.checkpoint_every=2 --set run.log_every=1 --set run.max_failures=3 "
                              "--set run.evaluate_test=false --set optim.max_steps=8 --set optim.batch_size=4")
-    # Step 3 starts only after the step-2 checkpoint was reported (report() returns once the
-    # checkpoint is persisted), so from then on a restart has a checkpoint to resume from.
-    _wait_until(client, job_id, lambda: "step 3/8" in client.get_job_logs(job_id), timeout=300)
+    # Step 3 starts after the step-2 checkpoint was reported, but the controller registers it
+    # asynchronously: kill only once its snapshot names a checkpoint, or a restart may
+    # legitimately begin from step 0 (seen on a loaded machine).
+    snapshot = storage / "mn" / "checkpoint_manager_snapshot.json"
+    _wait_until(client, job_id, lambda: "step 3/8" in client.get_job_logs(job_id)
+                and '"checkpoint_dir_name"' in (snapshot.read_text() if snapshot.exists() else ""), timeout=300)
     hosts = [n.name for n in cluster.nodes.values() if n.alive and n.name != "head" and n.node_id
              and any("RayTrainWorker" in (a.class_name or "") for a in _actors_on(cluster, n.node_id))]
     assert hosts, "no training worker runs on a worker node at the kill point"
