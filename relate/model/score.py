@@ -52,7 +52,9 @@ def relation_score(l_pred, l_pair, w: float, calibration: Calibration = Calibrat
     z = a * relation_logit(l_pred, l_pair, w) + b
     if isinstance(z, torch.Tensor):
         return torch.sigmoid(z)
-    return 1.0 / (1.0 + np.exp(-z))
+    from scipy.special import expit  # overflow-free for very negative logits
+
+    return expit(z)
 
 
 def fit_platt(logits: np.ndarray, labels: np.ndarray) -> Calibration:
