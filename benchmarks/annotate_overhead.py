@@ -28,10 +28,9 @@ def _records(root: Path, n: int):
         s = make_scene(i, SyntheticConfig(seed=1))
         uri = root / f"{s.image_id}.png"
         Image.fromarray(s.image).save(uri)
-        rows.append(dict(image_id=s.image_id, uri=str(uri), width=s.image.shape[1], height=s.image.shape[0],
-                         source="synthetic", split="train", boxes=s.boxes, shard=f"train/part-{i // 64:05d}",
-                         reference=[dict(subject=r["subject"], object=r["object"], predicate=r["predicate"],
-                                         **{"pass": "human"}, gate="kept", score=None) for r in s.relations]))
+        row = s.to_record(str(uri), "train")
+        row["reference"] = row.pop("relations")  # the truth the scripted annotator starts from
+        rows.append(dict(row, shard=f"train/part-{i // 64:05d}"))
     return pa.Table.from_pylist(rows)
 
 

@@ -60,13 +60,7 @@ class SceneStage:
             tmp = path.with_suffix(f".tmp{os.getpid()}.{self.ext}")
             Image.fromarray(scene.image).save(tmp, quality=92) if self.ext == "jpg" else Image.fromarray(scene.image).save(tmp, compress_level=1)
             os.replace(tmp, path)  # atomic: a crashed task never leaves half an image
-            rows.append(dict(
-                image_id=scene.image_id, uri=str(path), width=scene.width, height=scene.height,
-                source="synthetic", split=split_of(scene.image_id, self.world.split_fractions),
-                boxes=scene.boxes,
-                relations=[dict(subject=r["subject"], object=r["object"], predicate=r["predicate"],
-                                **{"pass": "human"}, gate="kept", score=None) for r in scene.relations],
-            ))
+            rows.append(scene.to_record(str(path), split_of(scene.image_id, self.world.split_fractions)))
         return to_table(rows, CORPUS_SCHEMA, table="synthetic")
 
 

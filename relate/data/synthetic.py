@@ -99,6 +99,13 @@ class Scene:
     def height(self) -> int:
         return int(self.image.shape[0])
 
+    def to_record(self, uri: str, split: str | None) -> dict:
+        """The scene as one corpus row (CORPUS_SCHEMA): its true relations, kept, pass ``human``."""
+        return dict(image_id=self.image_id, uri=uri, width=self.width, height=self.height, source="synthetic",
+                    split=split, boxes=self.boxes,
+                    relations=[dict(subject=r["subject"], object=r["object"], predicate=r["predicate"],
+                                    **{"pass": "human"}, gate="kept", score=None) for r in self.relations])
+
 
 def split_of(image_id: str, fractions: tuple[float, float, float]) -> str:
     """Deterministic split from a hash of the id (stable under any sharding or ordering)."""
