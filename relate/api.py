@@ -10,6 +10,7 @@ serving, evaluation and validation all reach the one score of Eq. 6 through the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
@@ -76,13 +77,63 @@ def _regions(regions, h: int, w: int) -> tuple[np.ndarray, np.ndarray | None]:
 
 @dataclass
 class ImageScores:
-    """Raw per-image outputs over the kept pairs (numpy): everything Eq. 6 and decompose need."""
+    """Raw per-image outputs over the kept pairs (numpy): everything Eq. 6 and decompose need.
+
+    The branch logits ``l_spa``/``l_sem`` are (P, V) matrices as large as ``l_pred``; they are
+    computed from the branch embeddings only when read (decompose), and ``branch_logits`` gives
+    them at a few cells for the triplets a caller keeps.
+    """
 
     pairs: np.ndarray  # (P, 2)
     l_pred: np.ndarray  # (P, V)
     l_pair: np.ndarray  # (P,)
-    l_spa: np.ndarray  # (P, V) tau * cos_spa + beta
-    l_sem: np.ndarray  # (P, V) tau * cos_sem + beta
+    z_spa: np.ndarray  # (P, D) unit spatial-branch embeddings
+    z_sem: np.ndarray  # (P, D) unit semantic-branch embeddings
+    bank: np.ndarray  # (V, D) the vocabulary's unit text embeddings (shared, not copied)
+    tau: float
+    beta: float
+
+    @cached_property
+    def l_spa(self) -> np.ndarray:  # (P, V) tau * cos_spa + beta
+        return self.tau * (self.z_spa @ self.bank.T) + self.beta
+
+    @cached_property
+    def l_sem(self) -> np.ndarray:  # (P, V) tau * cos_sem + beta
+        return self.tau * (self.z_sem @ self.bank.T) + self.beta
+
+    def branch_logits(self, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(spatial, semantic) logits at the cells (rows[k], cols[k]) only."""
+        e = self.bank[cols]
+        return (self.tau * np.einsum("kd,kd->k", self.z_spa[rows], e) + self.beta,
+                self.tau * np.einsum("kd,kd->k", self.z_sem[rows], e) + self.beta)
+
+
+def _top_flat(score: np.ndarray, k: int) -> np.ndarray:
+    """Flat indices of the k best cells, best first, ties by index: what a stable full argsort
+    gives, by partial selection (with 19,103 predicates a full sort of the (P, V) matrix costs more
+    than the forward pass)."""
+    flat = score.reshape(-1)
+    k = min(k, flat.size)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    kth = flat[np.argpartition(-flat, k - 1)[k - 1]]
+    above = np.flatnonzero(flat > kth)
+    sel = np.concatenate([above, np.flatnonzero(flat == kth)[: k - above.size]])
+    return sel[np.lexsort((sel, -flat[sel]))]
+
+
+def _top_columns(score: np.ndarray, k: int) -> np.ndarray:
+    """(P, k) column indices of each row's k best cells, best first, ties by index (as _top_flat)."""
+    k = min(k, score.shape[1])
+    if k <= 0:
+        return np.zeros((score.shape[0], 0), dtype=np.int64)
+    kth = np.take_along_axis(score, np.argpartition(-score, k - 1, axis=1)[:, k - 1:k], axis=1)
+    above = score > kth
+    ties = score == kth
+    keep = above | (ties & (np.cumsum(ties, axis=1) <= k - above.sum(axis=1, keepdims=True)))
+    cols = np.nonzero(keep)[1].reshape(score.shape[0], k)
+    order = np.lexsort((cols, -np.take_along_axis(score, cols, axis=1)), axis=1)
+    return np.take_along_axis(cols, order, axis=1)
 
 
 class RelationPredictor:
@@ -95,7 +146,7 @@ class RelationPredictor:
         self.calibration = calibration
         self.batch_size = batch_size
         self.text_encoder = bank.encoder
-        self._banks: dict[tuple[str, ...], tuple[object, torch.Tensor, torch.Tensor]] = {}
+        self._banks: dict[tuple[str, ...], tuple] = {}
         self.bank = bank
         self._default = self._install(bank)
 
@@ -104,13 +155,14 @@ class RelationPredictor:
         return tuple(self._default[0].strings)
 
     def _install(self, bank):
-        """Cache the bank tensor and its gate alpha_p = g(e_p), computed once per vocabulary."""
+        """Cache the bank tensor, its gate alpha_p = g(e_p) and the fused scoring matrix, once per vocabulary."""
         key = tuple(bank.strings)
         if key not in self._banks:
             mat = bank.tensor(self.device)
             with torch.no_grad():
                 alpha = self.model.head.gate(mat)
-            self._banks[key] = (bank, mat, alpha)
+                scoring = self.model.head.scoring_matrix(mat, alpha)
+            self._banks[key] = (bank, mat, alpha, scoring, mat.float().cpu().numpy())
         return self._banks[key]
 
     def _bank_for(self, vocabulary: Sequence[str] | None):
@@ -135,14 +187,16 @@ class RelationPredictor:
         """Forward a list of images with their regions; returns raw logits per image."""
         size = self.model.preprocessing.img_size
         interp = self.model.preprocessing.interpolation
-        _, mat, alpha = self._bank_for(vocabulary)
+        _, mat, alpha, scoring, bank_np = self._bank_for(vocabulary)
         out: list[ImageScores] = []
         for start in range(0, len(images), self.batch_size):
             chunk = list(range(start, min(start + self.batch_size, len(images))))
-            out.extend(self._score_chunk([images[i] for i in chunk], [regions[i] for i in chunk], size, interp, mat, alpha))
+            out.extend(self._score_chunk([images[i] for i in chunk], [regions[i] for i in chunk], size, interp,
+                                         (mat, alpha, scoring, bank_np)))
         return out
 
-    def _score_chunk(self, images, regions, size, interp, mat, alpha) -> list[ImageScores]:
+    def _score_chunk(self, images, regions, size, interp, vocab) -> list[ImageScores]:
+        mat, alpha, scoring, bank_np = vocab
         arrays = [_as_array(im) for im in images]
         parsed = [_regions(r, a.shape[0], a.shape[1]) for r, a in zip(regions, arrays)]
         n = max(max((len(b) for b, _ in parsed), default=0), 2)
@@ -160,36 +214,34 @@ class RelationPredictor:
             elif masks is not None:  # boxes only for this image: rasterise the boxes
                 for i, (x1, y1, x2, y2) in enumerate(boxes[k, : len(bx)].round().long().tolist()):
                     masks[k, i, y1:max(y2, y1 + 1), x1:max(x2, x1 + 1)] = 1
-        res = self.model(imgs, boxes.to(self.device), valid.to(self.device), mat, alpha=alpha,
+        res = self.model(imgs, boxes.to(self.device), valid.to(self.device), mat, alpha=alpha, scoring=scoring,
                          masks=None if masks is None else masks.to(self.device))
-        head = self.model.head
-        tau, beta = head.tau, head.beta
+        z_spa, z_sem = (z.float().cpu().numpy() for z in res.scores._z)  # noqa: SLF001
+        tau, beta = float(self.model.head.tau), float(self.model.head.beta)
         out = []
         for k in range(len(arrays)):
-            ok = res.sampled.valid[k]
-            sc = res.scores
-            out.append(ImageScores(res.pairs[k][ok].cpu().numpy(), sc.logits[k][ok].float().cpu().numpy(),
-                                   res.l_pair[k][ok].float().cpu().numpy(),
-                                   (tau * sc.cos_spa[k][ok] + beta).float().cpu().numpy(),
-                                   (tau * sc.cos_sem[k][ok] + beta).float().cpu().numpy()))
+            ok = res.sampled.valid[k].cpu().numpy()
+            out.append(ImageScores(res.pairs[k].cpu().numpy()[ok], res.scores.logits[k].float().cpu().numpy()[ok],
+                                   res.l_pair[k].float().cpu().numpy()[ok], z_spa[k][ok], z_sem[k][ok],
+                                   bank_np, tau, beta))
         return out
 
     def _triplets(self, s: ImageScores, strings, l_pred, topk: int, threshold: float | None,
                   per_pair: int | None = None) -> list[dict]:
         w = self.model.cfg.pair_weight
         score = relation_score(l_pred, s.l_pair, w, self.calibration)
-        spa = relation_score(s.l_spa, s.l_pair, w, self.calibration)
-        sem = relation_score(s.l_sem, s.l_pair, w, self.calibration)
         if per_pair is not None:  # each pair's best predicates (what graph-constrained recall reads)
-            cols = np.argsort(-score, axis=1, kind="stable")[:, :per_pair]
+            cols = _top_columns(score, per_pair)
             rows = np.repeat(np.arange(score.shape[0]), cols.shape[1])
             cols = cols.reshape(-1)
         else:
-            flat = np.argsort(-score, axis=None, kind="stable")[:topk]
-            rows, cols = np.unravel_index(flat, score.shape)
+            rows, cols = np.unravel_index(_top_flat(score, topk), score.shape)
+        l_spa, l_sem = s.branch_logits(rows, cols)
+        spa = relation_score(l_spa[:, None], s.l_pair[rows], w, self.calibration)[:, 0]
+        sem = relation_score(l_sem[:, None], s.l_pair[rows], w, self.calibration)[:, 0]
         trip = [{"subject": int(s.pairs[r, 0]), "object": int(s.pairs[r, 1]), "predicate": strings[c],
-                 "score": float(score[r, c]), "spatial_score": float(spa[r, c]), "semantic_score": float(sem[r, c])}
-                for r, c in zip(rows, cols)]
+                 "score": float(score[r, c]), "spatial_score": float(spa[k]), "semantic_score": float(sem[k])}
+                for k, (r, c) in enumerate(zip(rows, cols))]
         return [t for t in trip if threshold is None or t["score"] >= threshold]
 
     def predict(self, image, regions, vocabulary: Sequence[str] | None = None, topk: int = 50,

@@ -7,7 +7,9 @@ that every family of predicate is present and each is decidable by exactly what 
 
 * spatial (left/right, above/below) from the boxes alone;
 * depth (in front of / behind) only from pixels: the drawing order of overlapping objects is
-  random and independent of size and position, so boxes alone are at chance;
+  random and independent of size and position, so boxes alone are at chance; a pair is labelled
+  only where the drawn shapes (not just the boxes) overlap enough for a viewer to see who hides
+  whom, and one object per scene is usually placed half over another to make such pairs common;
 * appearance (brighter/darker/same colour) only from pixels: colours are independent of
   category and geometry;
 * contact, proximity and containment satisfy the geometric gate's rules;
@@ -211,6 +213,21 @@ class _Builder:
         aspect = self.rng.uniform(0.7, 1.4)
         return self.add(self.place(s * aspect, s), str(self.rng.choice(FREE_CATEGORIES)))
 
+    def occluder(self) -> None:
+        """A free object placed half over an existing one (a depth pair, order decided by z)."""
+        anchors = [i for i, o in enumerate(self.objs) if not o.is_body_part and o.parent is None
+                   and o.category in FREE_CATEGORIES]
+        if not anchors or not self.room():
+            return
+        a = self.objs[int(self.rng.choice(anchors))].box
+        s = self.rng.uniform(0.14, 0.24) * min(self.w, self.h)
+        aw, ah = a[2] - a[0], a[3] - a[1]
+        # centre the newcomer a third to two thirds of the way out from the anchor's centre
+        cx = (a[0] + a[2]) / 2 + self.rng.choice([-1, 1]) * self.rng.uniform(0.2, 0.45) * (aw + s)
+        cy = (a[1] + a[3]) / 2 + self.rng.uniform(-0.3, 0.3) * (ah + s)
+        cx, cy = float(np.clip(cx, s / 2, self.w - s / 2)), float(np.clip(cy, s / 2, self.h - s / 2))
+        self.add([cx - s / 2, cy - s / 2, cx + s / 2, cy + s / 2], str(self.rng.choice(FREE_CATEGORIES)))
+
     def touching(self) -> None:
         anchors = [i for i, o in enumerate(self.objs) if not o.is_body_part and o.parent is None]
         if not anchors or not self.room():
@@ -238,13 +255,17 @@ class _Builder:
         inter = G.intersection_area(boxes[:, None], boxes[None])
         areas = G.area(boxes)
         cover = inter / np.maximum(areas[:, None], 1e-6)
-        # Depth: overlapping objects in either stacking order; the order is random (pixel-only).
+        masks = [_shape_mask(self.objs[i], self.w, self.h) for i in whole]
+        # Depth: objects whose drawn shapes overlap visibly, in either stacking order; the order is
+        # random (pixel-only). Overlapping boxes whose shapes barely touch would be unreadable labels.
         for a in range(len(whole)):
             for b in range(a + 1, len(whole)):
                 i, j = whole[a], whole[b]
-                if frozenset((i, j)) in related:
+                if frozenset((i, j)) in related or inter[a, b] <= 0:
                     continue
-                if inter[a, b] > 0.05 * min(areas[a], areas[b]) and max(cover[a, b], cover[b, a]) < 0.9:
+                shared = int(np.count_nonzero(masks[a] & masks[b]))
+                visible = shared >= max(_MIN_OCCLUSION_PX, _MIN_OCCLUSION_SHARE * min(masks[a].sum(), masks[b].sum()))
+                if visible and max(cover[a, b], cover[b, a]) < 0.9:
                     front, back = (i, j) if self.objs[i].z > self.objs[j].z else (j, i)
                     self.rel(front, back, "in_front_of")
                     related.add(frozenset((i, j)))
@@ -351,6 +372,19 @@ def _draw(d: ImageDraw.ImageDraw, o: _Obj, rgb: tuple[int, int, int]) -> None:
             d.line([(x1 + 0.3 * w, yy), (x2 - 0.3 * w, yy)], fill=_shade(rgb, 1.25), width=1)
 
 
+# A depth pair needs this much shared drawn area: at least this many pixels and this share of the
+# smaller shape (below it the occluded part is a sliver no viewer could judge).
+_MIN_OCCLUSION_PX = 24
+_MIN_OCCLUSION_SHARE = 0.15
+
+
+def _shape_mask(o: _Obj, w: int, h: int) -> np.ndarray:
+    """(h, w) bool: the pixels the object's shape covers when drawn alone."""
+    canvas = Image.new("RGB", (w, h), (0, 0, 0))
+    _draw(ImageDraw.Draw(canvas), o, (255, 255, 255))
+    return np.asarray(canvas)[..., 0] > 0
+
+
 def _background(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
     top, bottom = rng.integers(40, 200, size=3), rng.integers(40, 200, size=3)
     t = np.linspace(0.0, 1.0, h, dtype=np.float32)[:, None, None]
@@ -374,6 +408,8 @@ def make_scene(index: int, cfg: SyntheticConfig) -> Scene:
         b.container()
     while len(b.objs) < budget - 1 or len(b.objs) < cfg.min_objects:
         b.free()
+    if b.room() and rng.random() < 0.7:
+        b.occluder()
     if b.room() and rng.random() < 0.5:
         b.touching()
     for k, o in enumerate(b.objs):  # strict drawing order: equal depths would make occlusion ambiguous

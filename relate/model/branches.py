@@ -8,8 +8,6 @@ learned layer transforms e_p for scoring: swapping the vocabulary swaps the [V, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -17,13 +15,44 @@ from torch import nn
 __all__ = ["PredicateGate", "TwoBranchHead", "BranchScores"]
 
 
-@dataclass
 class BranchScores:
-    cos_spa: torch.Tensor  # (..., V)
-    cos_sem: torch.Tensor  # (..., V)
-    alpha: torch.Tensor  # (V,)
-    mixed: torch.Tensor  # (..., V) the mixed cosine c of Eq. 5
-    logits: torch.Tensor  # (..., V) l_pred of Eq. 2
+    """Per kept pair x predicate scores. ``logits`` is always computed; the branch cosines and the
+    mixed cosine are computed on first access (inference rarely reads them, and at 19,103
+    predicates each is a (P, V) matrix that would cost as much as the logits themselves)."""
+
+    def __init__(self, z_spa: torch.Tensor, z_sem: torch.Tensor, bank: torch.Tensor, alpha,
+                 logits: torch.Tensor, mixed: torch.Tensor | None = None) -> None:
+        self._z, self._bank = (z_spa, z_sem), bank
+        self._alpha = alpha  # (V,) tensor, or a callable that computes it on first use
+        self.logits = logits  # (..., V) l_pred of Eq. 2
+        self._mixed = mixed
+        self._cos: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def alpha(self) -> torch.Tensor:  # (V,) the gate alpha_p
+        if callable(self._alpha):
+            self._alpha = self._alpha()
+        return self._alpha
+
+    def _cosines(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cos is None:
+            self._cos = (self._z[0] @ self._bank.T, self._z[1] @ self._bank.T)
+        return self._cos
+
+    @property
+    def cos_spa(self) -> torch.Tensor:  # (..., V)
+        return self._cosines()[0]
+
+    @property
+    def cos_sem(self) -> torch.Tensor:  # (..., V)
+        return self._cosines()[1]
+
+    @property
+    def mixed(self) -> torch.Tensor:  # (..., V) the mixed cosine c of Eq. 5
+        if self._mixed is None:
+            c_spa, c_sem = self._cosines()
+            self._mixed = self.alpha * c_spa + (1 - self.alpha) * c_sem
+        return self._mixed
 
 
 class PredicateGate(nn.Module):
@@ -60,12 +89,29 @@ class TwoBranchHead(nn.Module):
         z_spa = F.normalize(self.spatial(torch.cat([x, geo], dim=-1)), dim=-1)
         return z_spa, F.normalize(self.semantic(x), dim=-1)
 
+    def scoring_matrix(self, bank: torch.Tensor, alpha: torch.Tensor | None = None) -> torch.Tensor:
+        """(V, 2 * text_dim) [alpha_p e_p, (1 - alpha_p) e_p]: Eq. 2's mixing folded into the bank, so
+        scoring a vocabulary is one matrix product. Computed once per vocabulary and weights."""
+        a = self.gate(bank) if alpha is None else alpha.to(bank.dtype)
+        return torch.cat([a[:, None] * bank, (1 - a)[:, None] * bank], dim=-1)
+
     def forward(self, x: torch.Tensor, geo: torch.Tensor, bank: torch.Tensor,
-                alpha: torch.Tensor | None = None) -> BranchScores:
-        """bank (V, text_dim) unit rows; ``alpha`` may be precomputed once per vocabulary."""
+                alpha: torch.Tensor | None = None, scoring: torch.Tensor | None = None) -> BranchScores:
+        """bank (V, text_dim) unit rows; ``alpha`` (V,) and ``scoring`` (``scoring_matrix``) may be
+        precomputed once per vocabulary. Without gradients the logits come from one fused product."""
         z_spa, z_sem = self.embed(x, geo)
         bank = bank.to(z_spa.dtype)
-        cos_spa, cos_sem = z_spa @ bank.T, z_sem @ bank.T
-        a = self.gate(bank) if alpha is None else alpha.to(cos_spa.dtype)
-        mixed = a * cos_spa + (1 - a) * cos_sem
-        return BranchScores(cos_spa, cos_sem, a, mixed, self.tau * mixed + self.beta)
+        if torch.is_grad_enabled():
+            a = self.gate(bank) if alpha is None else alpha.to(z_spa.dtype)
+            mixed = a * (z_spa @ bank.T) + (1 - a) * (z_sem @ bank.T)
+            return BranchScores(z_spa, z_sem, bank, a, self.tau * mixed + self.beta, mixed)
+        if scoring is not None:  # the gate is folded in already; alpha only if someone reads it
+            w = scoring.to(z_spa.dtype)
+            a = (lambda: self.gate(bank)) if alpha is None else alpha.to(z_spa.dtype)
+        else:
+            a = self.gate(bank) if alpha is None else alpha.to(z_spa.dtype)
+            w = self.scoring_matrix(bank, a)
+        z = torch.cat([z_spa, z_sem], dim=-1) * self.tau
+        # l_pred = (tau z) . w + beta in one BLAS call: no (P, V) temporaries besides the result
+        logits = torch.addmm(self.beta.expand(w.shape[0]), z.reshape(-1, z.shape[-1]), w.T)
+        return BranchScores(z_spa, z_sem, bank, a, logits.view(*z.shape[:-1], w.shape[0]))

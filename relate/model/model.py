@@ -95,8 +95,9 @@ class RelationModel(nn.Module):
 
     def forward(self, images: torch.Tensor, boxes: torch.Tensor, box_valid: torch.Tensor, bank: torch.Tensor,
                 alpha: torch.Tensor | None = None, masks: torch.Tensor | None = None,
-                force: torch.Tensor | None = None) -> RelationOutput:
-        """images (B, 3, H, W) in [0, 1]; boxes (B, N, 4) pixels; box_valid (B, N); bank (V, text_dim)."""
+                force: torch.Tensor | None = None, scoring: torch.Tensor | None = None) -> RelationOutput:
+        """images (B, 3, H, W) in [0, 1]; boxes (B, N, 4) pixels; box_valid (B, N); bank (V, text_dim);
+        ``alpha`` and ``scoring`` (``head.scoring_matrix``) are per-vocabulary caches."""
         _check_inputs(images, boxes, box_valid, bank, self.cfg.text_dim)
         b, n = box_valid.shape
         H, W = images.shape[-2:]
@@ -119,7 +120,7 @@ class RelationModel(nn.Module):
         if self.deformable is not None:
             anchors = torch.stack([bs, bo, union_box(bs, bo), contact_box(bs, bo)], dim=-2)
             x = self.deformable(x, fmap, anchors)
-        scores = self.head(x, self.pair_enc.geometry(g), bank, alpha)
+        scores = self.head(x, self.pair_enc.geometry(g), bank, alpha, scoring)
         return RelationOutput(sampled, scores, F.normalize(self.grounding(v), dim=-1))
 
 

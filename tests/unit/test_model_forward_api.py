@@ -195,3 +195,51 @@ def test_actor_scores_a_plain_batch_like_ray_data_would_pass_it(model, tmp_path)
         assert key(x) == key(y) and x["score"] == pytest.approx(y["score"], abs=1e-5)
     with pytest.raises(KeyError, match="boxes"):
         actor({"image_id": np.array(["a"])})
+
+
+def test_fused_inference_scoring_equals_the_training_path(model):
+    """Without gradients the head folds Eq. 2's mixing into one product against the scoring matrix;
+    it must give the training path's logits, and its lazy cosines the same values."""
+    images, boxes, valid = _batch()
+    bank = torch.from_numpy(random_bank(list("abcdefg")).matrix)
+    with torch.enable_grad():
+        slow = model(images, boxes, valid, bank).scores
+    with torch.no_grad():
+        fast = model(images, boxes, valid, bank, scoring=model.head.scoring_matrix(bank)).scores
+    torch.testing.assert_close(fast.logits, slow.logits.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast.mixed, slow.mixed.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.cos_spa, slow.cos_spa.detach(), rtol=1e-5, atol=1e-6)
+    assert model.head.scoring_matrix(bank).shape == (7, 2 * D)
+
+
+def test_partial_sort_matches_a_full_stable_sort():
+    from relate.api import _top_columns, _top_flat
+
+    rng = np.random.default_rng(3)
+    for trial in range(30):
+        score = rng.integers(0, 5, size=(int(rng.integers(1, 6)), int(rng.integers(1, 9)))).astype(np.float64)
+        k = int(rng.integers(1, score.size + 3))
+        full = np.argsort(-score, axis=None, kind="stable")[:k]
+        assert _top_flat(score, k).tolist() == full.tolist(), (trial, score, k)
+        per = int(rng.integers(1, score.shape[1] + 2))
+        cols = np.argsort(-score, axis=1, kind="stable")[:, :per]
+        assert _top_columns(score, per).tolist() == cols.tolist(), (trial, score, per)
+    assert _top_flat(np.ones((2, 2)), 0).size == 0
+
+
+def test_branch_logits_at_cells_equal_the_full_decomposition(model):
+    pred = RelationPredictor(model, random_bank(["on", "under", "near", "holding", "behind"]))
+    img, boxes = _image_and_boxes()
+    raw = pred.score_images([img], [boxes])[0]
+    rows, cols = np.array([0, 1, 1, 2]), np.array([4, 0, 3, 2])
+    spa, sem = raw.branch_logits(rows, cols)
+    np.testing.assert_allclose(spa, raw.l_spa[rows, cols], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sem, raw.l_sem[rows, cols], rtol=1e-5, atol=1e-6)
+    trip = pred.predict(img, boxes, topk=4)
+    graphs = pred.predict(img, boxes, topk=4, decompose=True)
+    # the spatial score attached to a triplet is the layout graph's own score for that cell
+    layout = {(t["subject"], t["object"], t["predicate"]): t["score"] for t in graphs["layout"]}
+    for t in trip:
+        key = (t["subject"], t["object"], t["predicate"])
+        if key in layout:
+            assert t["spatial_score"] == pytest.approx(layout[key], rel=1e-5)
