@@ -175,6 +175,29 @@ class RelationPredictor:
             self._install(build_bank(key, encoder_name=self.text_encoder))
         return self._banks[key]
 
+    def add_vocabulary(self, strings: Sequence[str]) -> tuple[str, ...]:
+        """Embed ``strings`` with the checkpoint's encoder and cache them (no-op when cached);
+        returns the cache key, the stripped strings, which ``vocabulary=`` arguments may then use."""
+        if not strings:
+            raise ValueError("a vocabulary needs at least one string")
+        key = tuple(str(s).strip() for s in strings)
+        self._bank_for(key)
+        return key
+
+    def has_vocabulary(self, strings: Sequence[str]) -> bool:
+        return tuple(str(s).strip() for s in strings) in self._banks
+
+    def drop_vocabulary(self, strings: Sequence[str]) -> bool:
+        """Free a cached vocabulary (the default one stays); True when something was dropped."""
+        key = tuple(str(s).strip() for s in strings)
+        if key == self.vocabulary:
+            return False
+        return self._banks.pop(key, None) is not None
+
+    def vocabulary_strings(self, vocabulary: Sequence[str] | None = None) -> tuple[str, ...]:
+        """The strings scores are indexed by for ``vocabulary`` (None: the default vocabulary)."""
+        return tuple(self._bank_for(vocabulary)[0].strings)
+
     def set_vocabulary(self, strings: Sequence[str]) -> None:
         """Make ``strings`` the default vocabulary (embedded by the checkpoint's encoder)."""
         if not strings:
@@ -226,7 +249,7 @@ class RelationPredictor:
                                    bank_np, tau, beta))
         return out
 
-    def _triplets(self, s: ImageScores, strings, l_pred, topk: int, threshold: float | None,
+    def triplets(self, s: ImageScores, strings, l_pred, topk: int, threshold: float | None,
                   per_pair: int | None = None) -> list[dict]:
         w = self.model.cfg.pair_weight
         score = relation_score(l_pred, s.l_pair, w, self.calibration)
@@ -257,9 +280,9 @@ class RelationPredictor:
         if s.pairs.shape[0] == 0:
             return {"layout": [], "content": []} if decompose else []
         if decompose:
-            return {"layout": self._triplets(s, bank.strings, s.l_spa, topk, threshold),
-                    "content": self._triplets(s, bank.strings, s.l_sem, topk, threshold)}
-        return self._triplets(s, bank.strings, s.l_pred, topk, threshold)
+            return {"layout": self.triplets(s, bank.strings, s.l_spa, topk, threshold),
+                    "content": self.triplets(s, bank.strings, s.l_sem, topk, threshold)}
+        return self.triplets(s, bank.strings, s.l_pred, topk, threshold)
 
     def predict_table(self, table: pa.Table, vocabulary: Sequence[str] | None = None, per_pair: int = 3) -> pa.Table:
         """Score every image of a corpus table (GT boxes) -> PREDICTIONS_SCHEMA table."""
@@ -272,7 +295,7 @@ class RelationPredictor:
         """Each kept pair contributes its ``per_pair`` best predicates (Eq. 6 scores); graph-constrained
         metrics read only the first of each pair."""
         strings = self._bank_for(vocabulary)[0].strings
-        rows = [{"image_id": i, "triplets": self._triplets(s, strings, s.l_pred, 0, None, per_pair)
+        rows = [{"image_id": i, "triplets": self.triplets(s, strings, s.l_pred, 0, None, per_pair)
                  if s.pairs.shape[0] else []} for i, s in zip(image_ids, scores)]
         return pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA)
 

@@ -243,7 +243,7 @@ def evaluate_split(predictor, cfg: DataConfig, split: str, limit: int | None = N
     gt = load_ground_truth(table)
     scores = predictor.score_images(table.column("uri").to_pylist(), table.column("boxes").to_pylist(), vocabulary)
     preds = load_predictions(predictor.scores_to_table(table.column("image_id").to_pylist(), scores, vocabulary), gt)
-    strings = list(predictor._bank_for(vocabulary)[0].strings)
+    strings = list(predictor.vocabulary_strings(vocabulary))
     out = _recalls(gt, preds, cfg.predicates, tag)
     out.update({f"{tag}{k}": v for k, v in _pixel_accuracy(gt, scores, strings, cfg.predicates).items()})
     return out

@@ -60,11 +60,8 @@ class BankCache:
         self.pinned = {tuple(predictor.vocabulary)}
 
     def ensure(self, strings: tuple[str, ...], pin: bool = False) -> str:
-        from relate.text.bank import build_bank
-
         key = vocabulary_key(strings)
-        if strings not in self.predictor._banks:  # noqa: SLF001  (see module docstring)
-            self.predictor._install(build_bank(strings, encoder_name=self.predictor.text_encoder))  # noqa: SLF001
+        self.predictor.add_vocabulary(strings)
         if pin or strings in self.pinned:
             self.pinned.add(strings)
             return key
@@ -75,7 +72,7 @@ class BankCache:
         while len(self._lru) > self.size:
             _, old = self._lru.popitem(last=False)
             if old not in self.pinned:
-                self.predictor._banks.pop(old, None)  # noqa: SLF001
+                self.predictor.drop_vocabulary(old)
         return key
 
 
@@ -160,7 +157,7 @@ class RelationModelDeployment:
     def _graph(self, s, strings: tuple[str, ...], req: dict) -> dict:
         topk = int(req.get("topk") or self.settings.default_topk)
         thr = req.get("threshold")
-        trip = self.predictor._triplets  # noqa: SLF001  (the API's one home of triplet formation)
+        trip = self.predictor.triplets  # the API's one home of triplet formation
         empty = s.pairs.shape[0] == 0
         return {"bank": req["_label"], "vocabulary_size": len(strings),
                 "calibrated": bool(self.predictor.calibration.fitted),

@@ -243,3 +243,14 @@ def test_branch_logits_at_cells_equal_the_full_decomposition(model):
         key = (t["subject"], t["object"], t["predicate"])
         if key in layout:
             assert t["spatial_score"] == pytest.approx(layout[key], rel=1e-5)
+
+
+def test_vocabulary_cache_add_drop_and_default_kept(model):
+    pred = RelationPredictor(model, random_bank(["on", "under"]))
+    key = pred.add_vocabulary([" near ", "far from"])
+    assert key == ("near", "far from") and pred.has_vocabulary(key)
+    assert pred.vocabulary_strings(key) == key and pred.vocabulary_strings() == ("on", "under")
+    assert pred.drop_vocabulary(key) and not pred.has_vocabulary(key)
+    assert not pred.drop_vocabulary(["on", "under"]) and pred.has_vocabulary(["on", "under"])
+    with pytest.raises(ValueError, match="at least one"):
+        pred.add_vocabulary([])

@@ -46,11 +46,11 @@ def test_request_vocabularies_are_cached_by_hash_and_evicted(deployment):
         labels.append(deployment._score_many([_req(vocabulary=v)])[0]["bank"])
     assert labels[0] == labels[3] and labels[0].startswith("request:") and len(set(labels)) == 3
     # LRU of 2 request vocabularies; the default and the named bank stay pinned
-    assert tuple(VOCAB) in pred._banks
-    assert ("near", "far from") in pred._banks and ("riding", "behind") in pred._banks
+    assert pred.has_vocabulary(VOCAB)
+    assert pred.has_vocabulary(("near", "far from")) and pred.has_vocabulary(("riding", "behind"))
     out = deployment._score_many([_req(bank="few")])[0]
     assert out["bank"] == "few" and out["vocabulary_size"] == 2
     deployment._score_many([_req(vocabulary=["x1", "x2"])])
     deployment._score_many([_req(vocabulary=["x3", "x4"])])
-    assert ("on", "under") in pred._banks  # named bank pinned although used as a request vocabulary too
-    assert ("riding", "behind") not in pred._banks and len(deployment.cache._lru) == 2
+    assert pred.has_vocabulary(("on", "under"))  # named bank pinned although used as a request vocabulary too
+    assert not pred.has_vocabulary(("riding", "behind")) and len(deployment.cache._lru) == 2
