@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-__all__ = ["PALETTE", "SUBJECT_COLOUR", "OBJECT_COLOUR", "marker_radius", "draw_markers",
+__all__ = ["PALETTE", "SUBJECT_COLOUR", "OBJECT_COLOUR", "marker_radius", "draw_markers", "label_font",
            "render_judge_all", "render_judge_pair", "encode_png", "decode_image", "boxes_array"]
 
 # 12 well-separated colours; the digit colour is picked per dot for contrast
@@ -37,7 +37,8 @@ def marker_radius(width: int, height: int) -> int:
 
 
 @lru_cache(maxsize=64)
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+def label_font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    """The (cached) font marker labels are drawn with, at ``size`` pixels."""
     return ImageFont.load_default(size=size)
 
 
@@ -68,7 +69,7 @@ def _dot(draw: ImageDraw.ImageDraw, cx: float, cy: float, r: int, rgb: tuple[int
     draw.ellipse((cx - r - rim, cy - r - rim, cx + r + rim, cy + r + rim), fill=_text_colour(rgb))
     draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=rgb)
     size = max(6, int(r * (1.3 if len(label) == 1 else 1.05 if len(label) == 2 else 0.8)))
-    draw.text((cx, cy), label, fill=_text_colour(rgb), font=_font(size), anchor="mm")
+    draw.text((cx, cy), label, fill=_text_colour(rgb), font=label_font(size), anchor="mm")
 
 
 def _outline(draw: ImageDraw.ImageDraw, box: np.ndarray, rgb: tuple[int, int, int], width: int) -> None:

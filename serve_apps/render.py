@@ -25,7 +25,7 @@ def _arrow(draw: ImageDraw.ImageDraw, a: tuple[float, float], b: tuple[float, fl
 def render_graph_png(image: np.ndarray, boxes: np.ndarray, triplets: Sequence[dict], id_base: int = 1) -> bytes:
     """PNG of ``image`` with every box outlined and numbered, and subject -> object arrows labelled
     with their predicate (numbers are box index + ``id_base``, as in the API's responses + 1)."""
-    from relate.markers import PALETTE, _font, draw_markers, encode_png, marker_radius
+    from relate.markers import PALETTE, draw_markers, encode_png, label_font, marker_radius
 
     marked = draw_markers(image, boxes, id_base=id_base, outlines=True)
     pil = Image.fromarray(marked)
@@ -33,7 +33,7 @@ def render_graph_png(image: np.ndarray, boxes: np.ndarray, triplets: Sequence[di
     h, w = marked.shape[:2]
     r = marker_radius(w, h)
     centres = np.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2], 1)
-    font = _font(max(8, int(r * 1.1)))
+    font = label_font(max(8, int(r * 1.1)))
     for k, t in enumerate(triplets):
         s, o = int(t["subject"]), int(t["object"])
         rgb = PALETTE[s % len(PALETTE)]
