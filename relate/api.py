@@ -239,7 +239,7 @@ class RelationPredictor:
                     masks[k, i, y1:max(y2, y1 + 1), x1:max(x2, x1 + 1)] = 1
         res = self.model(imgs, boxes.to(self.device), valid.to(self.device), mat, alpha=alpha, scoring=scoring,
                          masks=None if masks is None else masks.to(self.device))
-        z_spa, z_sem = (z.float().cpu().numpy() for z in res.scores._z)  # noqa: SLF001
+        z_spa, z_sem = (z.float().cpu().numpy() for z in (res.scores.z_spa, res.scores.z_sem))
         tau, beta = float(self.model.head.tau), float(self.model.head.beta)
         out = []
         for k in range(len(arrays)):

@@ -8,6 +8,8 @@ learned layer transforms e_p for scoring: swapping the vocabulary swaps the [V, 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,29 +17,34 @@ from torch import nn
 __all__ = ["PredicateGate", "TwoBranchHead", "BranchScores"]
 
 
+@dataclass
 class BranchScores:
     """Per kept pair x predicate scores. ``logits`` is always computed; the branch cosines and the
     mixed cosine are computed on first access (inference rarely reads them, and at 19,103
-    predicates each is a (P, V) matrix that would cost as much as the logits themselves)."""
+    predicates each is a (P, V) matrix that would cost as much as the logits themselves).
 
-    def __init__(self, z_spa: torch.Tensor, z_sem: torch.Tensor, bank: torch.Tensor, alpha,
-                 logits: torch.Tensor, mixed: torch.Tensor | None = None) -> None:
-        self._z, self._bank = (z_spa, z_sem), bank
-        self._alpha = alpha  # (V,) tensor, or a callable that computes it on first use
-        self.logits = logits  # (..., V) l_pred of Eq. 2
-        self._mixed = mixed
-        self._cos: tuple[torch.Tensor, torch.Tensor] | None = None
+    A dataclass on purpose: DDP finds the tensors of a forward's output by walking dataclass
+    fields, and a parameter it cannot reach from them (tau, beta) it would mark unused.
+    """
+
+    logits: torch.Tensor  # (..., V) l_pred of Eq. 2
+    z_spa: torch.Tensor  # (..., text_dim) unit spatial-branch embedding
+    z_sem: torch.Tensor  # (..., text_dim) unit semantic-branch embedding
+    bank: torch.Tensor  # (V, text_dim)
+    gate: Any  # (V,) alpha_p, or a callable computing it on first use
+    cached_mixed: torch.Tensor | None = None
+    cached_cos: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
 
     @property
     def alpha(self) -> torch.Tensor:  # (V,) the gate alpha_p
-        if callable(self._alpha):
-            self._alpha = self._alpha()
-        return self._alpha
+        if callable(self.gate):
+            self.gate = self.gate()
+        return self.gate
 
     def _cosines(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._cos is None:
-            self._cos = (self._z[0] @ self._bank.T, self._z[1] @ self._bank.T)
-        return self._cos
+        if self.cached_cos is None:
+            self.cached_cos = (self.z_spa @ self.bank.T, self.z_sem @ self.bank.T)
+        return self.cached_cos
 
     @property
     def cos_spa(self) -> torch.Tensor:  # (..., V)
@@ -49,10 +56,10 @@ class BranchScores:
 
     @property
     def mixed(self) -> torch.Tensor:  # (..., V) the mixed cosine c of Eq. 5
-        if self._mixed is None:
+        if self.cached_mixed is None:
             c_spa, c_sem = self._cosines()
-            self._mixed = self.alpha * c_spa + (1 - self.alpha) * c_sem
-        return self._mixed
+            self.cached_mixed = self.alpha * c_spa + (1 - self.alpha) * c_sem
+        return self.cached_mixed
 
 
 class PredicateGate(nn.Module):
@@ -104,7 +111,7 @@ class TwoBranchHead(nn.Module):
         if torch.is_grad_enabled():
             a = self.gate(bank) if alpha is None else alpha.to(z_spa.dtype)
             mixed = a * (z_spa @ bank.T) + (1 - a) * (z_sem @ bank.T)
-            return BranchScores(z_spa, z_sem, bank, a, self.tau * mixed + self.beta, mixed)
+            return BranchScores(self.tau * mixed + self.beta, z_spa, z_sem, bank, a, mixed)
         if scoring is not None:  # the gate is folded in already; alpha only if someone reads it
             w = scoring.to(z_spa.dtype)
             a = (lambda: self.gate(bank)) if alpha is None else alpha.to(z_spa.dtype)
@@ -114,4 +121,4 @@ class TwoBranchHead(nn.Module):
         z = torch.cat([z_spa, z_sem], dim=-1) * self.tau
         # l_pred = (tau z) . w + beta in one BLAS call: no (P, V) temporaries besides the result
         logits = torch.addmm(self.beta.expand(w.shape[0]), z.reshape(-1, z.shape[-1]), w.T)
-        return BranchScores(z_spa, z_sem, bank, a, logits.view(*z.shape[:-1], w.shape[0]))
+        return BranchScores(logits.view(*z.shape[:-1], w.shape[0]), z_spa, z_sem, bank, a)

@@ -73,9 +73,7 @@ def test_forward_backward_finite_and_masks_accepted(model):
         model(images, boxes, valid, bank[:, :10])
 
 
-def test_objective_runs_and_every_term_is_finite():
-    images, boxes, valid = _batch()
-    m = create_relation_model(tiny_cfg()).train()
+def _objective_inputs():
     va = 4
     bank = random_bank(["left of", "to the left of", "right of", "near"])
     rels = torch.tensor([[[0, 1, 0], [2, 0, 2], [-1, -1, -1]], [[1, 0, 3], [-1, -1, -1], [-1, -1, -1]]])
@@ -85,6 +83,13 @@ def test_objective_runs_and_every_term_is_finite():
     space = PredicateSpace(torch.tensor([0, 0, 1, 2]), inverse, torch.tensor([1.0, 1.0, 1.0, 0.0]),
                            torch.zeros(va, va), torch.eye(va) + 0.5 * (1 - torch.eye(va)), torch.arange(va),
                            F.normalize(torch.randn(2, D), dim=-1), torch.full((2, 2), 0.5))
+    return bank, rels, cats, space
+
+
+def test_objective_runs_and_every_term_is_finite():
+    images, boxes, valid = _batch()
+    m = create_relation_model(tiny_cfg()).train()
+    bank, rels, cats, space = _objective_inputs()
     out = m(images, boxes, valid, bank.tensor(), force=force_mask(rels, 4))
     terms = relation_objective(out, rels, cats, valid, space, LossConfig())
     assert set(terms) == {"infonce", "sigmoid", "swap", "background", "grounding", "geometry", "relatedness", "total"}
@@ -254,3 +259,26 @@ def test_vocabulary_cache_add_drop_and_default_kept(model):
     assert not pred.drop_vocabulary(["on", "under"]) and pred.has_vocabulary(["on", "under"])
     with pytest.raises(ValueError, match="at least one"):
         pred.add_vocabulary([])
+
+
+def test_ddp_with_unused_parameter_search_reaches_every_head_parameter(tmp_path):
+    """The trainer wraps the model in DDP(find_unused_parameters=True), which finds the output's
+    tensors by walking dataclass fields: a score holder it cannot walk hides tau and beta, DDP
+    marks them unused, and backward fails with 'marked ready twice'."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        raw = create_relation_model(tiny_cfg()).train()
+        ddp = DistributedDataParallel(raw, find_unused_parameters=True)
+        images, boxes, valid = _batch()
+        bank, rels, cats, space = _objective_inputs()
+        bank = bank.tensor()
+        for _ in range(2):  # the failure shows on the step after the first
+            out = ddp(images, boxes, valid, bank, force=force_mask(rels, valid.shape[1]))
+            relation_objective(out, rels, cats, valid, space, LossConfig())["total"].backward()
+        assert raw.head.beta.grad is not None and raw.head.log_tau.grad is not None
+    finally:
+        dist.destroy_process_group()
