@@ -9,7 +9,8 @@ that every family of predicate is present and each is decidable by exactly what 
 * depth (in front of / behind) only from pixels: the drawing order of overlapping objects is
   random and independent of size and position, so boxes alone are at chance; a pair is labelled
   only where the drawn shapes (not just the boxes) overlap enough for a viewer to see who hides
-  whom, and one object per scene is usually placed half over another to make such pairs common;
+  whom, each object casts a shadow on what lies behind it, and one object per scene is usually
+  placed half over another to make such pairs common;
 * appearance (brighter/darker/same colour) only from pixels: colours are independent of
   category and geometry;
 * contact, proximity and containment satisfy the geometric gate's rules;
@@ -385,6 +386,36 @@ def _shape_mask(o: _Obj, w: int, h: int) -> np.ndarray:
     return np.asarray(canvas)[..., 0] > 0
 
 
+# Cast shadows: each object darkens the objects already drawn behind it (never the background)
+# along its lower-right edge, offset by this share of its smaller side, at least _SHADOW_MIN_PX.
+_SHADOW_OFFSET = 0.18
+_SHADOW_MIN_PX = 3
+_SHADOW_DARKEN = 0.45
+
+
+def _render(objs: list[_Obj], rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+    """Draw objects back to front; each casts a shadow on the objects behind it, a monocular depth
+    cue that sits inside the occluded object's box while the front object's own shape stays whole."""
+    canvas = Image.fromarray(_background(rng, w, h))
+    covered = np.zeros((h, w), dtype=bool)
+    for o in sorted(objs, key=lambda o: o.z):
+        rgb = _rgb(rng, o.colour)
+        mask = _shape_mask(o, w, h)
+        if covered.any():
+            side = min(o.box[2] - o.box[0], o.box[3] - o.box[1])
+            d = int(max(_SHADOW_MIN_PX, round(_SHADOW_OFFSET * side)))
+            shadow = np.zeros_like(mask)
+            shadow[d:, d:] = mask[:-d, :-d]
+            shadow &= covered & ~mask
+            if shadow.any():
+                arr = np.array(canvas)
+                arr[shadow] = (arr[shadow] * _SHADOW_DARKEN).astype(np.uint8)
+                canvas = Image.fromarray(arr)
+        _draw(ImageDraw.Draw(canvas), o, rgb)
+        covered |= mask
+    return canvas
+
+
 def _background(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
     top, bottom = rng.integers(40, 200, size=3), rng.integers(40, 200, size=3)
     t = np.linspace(0.0, 1.0, h, dtype=np.float32)[:, None, None]
@@ -416,10 +447,7 @@ def make_scene(index: int, cfg: SyntheticConfig) -> Scene:
         o.z += k * 1e-6
     b.derived()
 
-    canvas = Image.fromarray(_background(rng, w, h))
-    draw = ImageDraw.Draw(canvas)
-    for o in sorted(b.objs, key=lambda o: o.z):
-        _draw(draw, o, _rgb(rng, o.colour))
+    canvas = _render(b.objs, rng, w, h)
     image_id = f"synth-{cfg.seed}-{index:07d}"
     boxes = [dict(x1=float(o.box[0]), y1=float(o.box[1]), x2=float(o.box[2]), y2=float(o.box[3]),
                   category=o.category, is_person=o.is_person, is_body_part=o.is_body_part) for o in b.objs]
