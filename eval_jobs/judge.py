@@ -38,6 +38,8 @@ from pydantic import Field, model_validator
 
 from actors.vlm.configs import OpenAIConfig, TransformersConfig, VLLMConfig
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.jobinfo import Progress, gather, run_name
+from relate.placement import ResourcesConfig, ray_remote_args
 from relate.judge import (AUDIT_SCHEMA, GraphArmConfig, RelationArmConfig, ScriptedJudgeConfig, audit_table,
                           build_graph_calls, build_relation_calls, parse_graph_verdict, summarise_relation_arm,
                           tally_graph_arm)
@@ -97,8 +99,11 @@ class JudgeJobConfig(StrictConfig):
     kt_min_counts: list[int] = Field(default_factory=lambda: [1, 3, 10], description="KT pooling thresholds")
     a5_requires_certification: bool = Field(True, description="expose A5 only when the graph arm certified the judge")
     images_per_shard: int = Field(8, ge=1, description="images per Ray task (and per audit file)")
-    num_cpus_per_task: float = Field(1.0, gt=0, description="CPUs per shard task")
-    num_gpus_per_task: float = Field(0.0, ge=0, description="GPUs per shard task (transformers judge on GPU)")
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig,
+                                       description="what each shard task reserves (give it num_gpus for the "
+                                                   "transformers judge on GPU, plus e.g. {evaluator: 1} to keep it on "
+                                                   "the evaluation group); with the vllm backend, num_gpus > 0 sizes "
+                                                   "each engine and the CPUs size the rendering tasks")
     use_ray: bool = Field(True, description="run shards as Ray tasks (False: in-process, for debugging)")
 
     @model_validator(mode="after")
@@ -159,7 +164,7 @@ def _reference_counts(cfg: JudgeJobConfig) -> Counter:
     return Counter(t["predicate"] for rs in table.column("relations").to_pylist() for t in rs)
 
 
-_RUNTIME_FIELDS = {"out_dir", "use_ray", "num_cpus_per_task", "num_gpus_per_task", "max_images", "images_per_shard"}
+_RUNTIME_FIELDS = {"out_dir", "use_ray", "resources", "max_images", "images_per_shard"}
 
 
 def _check_fingerprint(cfg: JudgeJobConfig, audit_dir: Path) -> None:
@@ -297,8 +302,10 @@ def _run_shards(cfg: JudgeJobConfig, plan: list, images: dict, preds: dict, audi
 
     if not ray.is_initialized():
         ray.init()
-    task = ray.remote(num_cpus=cfg.num_cpus_per_task, num_gpus=cfg.num_gpus_per_task)(run_shard)
-    return ray.get([task.remote(*a) for a in args])
+    name = run_name("judge", cfg.out_dir)
+    task = ray.remote(**ray_remote_args(cfg.resources))(run_shard)
+    refs = [task.options(name=f"{name}:shard:{a[1]}").remote(*a) for a in args]
+    return gather(ray, refs, Progress(name, "shards", len(refs)))  # done/total lines in the job log
 
 
 def _run_vllm(cfg: JudgeJobConfig, args: list[tuple]) -> list[dict]:
@@ -309,11 +316,13 @@ def _run_vllm(cfg: JudgeJobConfig, args: list[tuple]) -> list[dict]:
 
     if not args:
         return []
-    render = ray.remote(num_cpus=cfg.num_cpus_per_task)(render_shard)
-    rendered = ray.get([render.remote(c, imgs, preds) for c, _, imgs, preds, _ in args])
+    name = run_name("judge", cfg.out_dir)
+    render = ray.remote(num_cpus=cfg.resources.num_cpus)(render_shard)
+    refs = [render.options(name=f"{name}:render:{shard}").remote(c, imgs, preds) for c, shard, imgs, preds, _ in args]
+    rendered = gather(ray, refs, Progress(name, "shards rendered", len(refs)))
     items = [{"call_id": r["record"]["call_id"], "prompt": r["prompt"], "image_png": r["image_png"]}
              for rs in rendered for r in rs]
-    processor = build_vllm_processor(cfg.judge.vllm)
+    processor = build_vllm_processor(cfg.judge.vllm, cfg.resources if cfg.resources.num_gpus else None)
     answers = {row["call_id"]: row[TEXT_COLUMN] for row in processor(ray.data.from_items(items)).take_all()}
     # a call the engine dropped reads as an empty, unparseable answer rather than vanishing from the audit
     return [write_shard(name, rs, [answers.get(r["record"]["call_id"], "") for r in rs], path)

@@ -31,11 +31,13 @@ from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, dump_config, parse_job_args
 from relate.data.readers import BenchmarkData, read_benchmark
+from relate.jobinfo import Progress, gather, run_name
 from relate.metrics import (chance_correct, composite, evaluate_federated, evaluate_open_vocab, evaluate_recall,
                             evaluate_spatial, leave_one_axis_out, load_cells, load_detections, load_ground_truth,
                             load_predictions, pair_recall_ceiling, prior_violation_check, ratio_to_reference,
                             recall_chance, shared_triplet_mass)
 from relate.metrics.openvocab import calibrate_synonym_threshold
+from relate.placement import ResourcesConfig, ray_remote_args
 
 __all__ = ["BenchmarkSpec", "SystemSpec", "InferenceSpec", "SynonymSpec", "OVSGGConfig", "score_cell",
            "axis_scores", "load_benchmark", "relate_api_predict", "main"]
@@ -83,8 +85,10 @@ class InferenceSpec(StrictConfig):
                             description="'module:function' taking (regions table, vocabulary[, checkpoint=]) "
                                         "and returning a PREDICTIONS_SCHEMA table")
     out_dir: str = Field(default="predictions", description="folder (under out_dir) for the written files")
-    num_gpus: float = Field(default=0.0, ge=0, description="GPUs per inference task")
-    num_cpus: float = Field(default=1.0, gt=0, description="CPUs per inference task")
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig,
+                                       description="what each inference task (one per benchmark) reserves, e.g. "
+                                                   "{num_gpus: 1, resources: {evaluator: 1}} for one A100 of the "
+                                                   "evaluation group")
     checkpoint: str | None = Field(default=None, description="checkpoint folder passed to predict_fn as "
                                    "checkpoint=... (the default predict_fn loads it with relate.api)")
 
@@ -294,23 +298,42 @@ def _run_inference(spec: BenchmarkSpec, bench: BenchmarkData, predict_fn: Predic
 
 # --------------------------------------------------------------------------- orchestration
 
-def _stages(cfg: OVSGGConfig):
-    """Return (read, infer, score) callables: Ray remote functions or plain ones."""
-    if not cfg.use_ray:
-        return (lambda s: load_benchmark(s)), _run_inference, score_cell, (lambda x: x)
-    import ray
+class _Stages:
+    """Submit stage calls as named Ray tasks (or run them in-process) and gather them with progress lines."""
 
-    if not ray.is_initialized():
-        ray.init()
-    read = ray.remote(num_cpus=cfg.num_cpus_per_task)(load_benchmark)
-    inf = cfg.inference
-    if inf and inf.num_gpus > ray.cluster_resources().get("GPU", 0):
-        # not an error: an autoscaling cluster adds GPU nodes once the tasks are pending
-        logging.getLogger(__name__).warning("inference asks for %s GPU(s) per task; the cluster has %s now",
-                                            inf.num_gpus, ray.cluster_resources().get("GPU", 0))
-    infer = ray.remote(num_cpus=inf.num_cpus if inf else 1, num_gpus=inf.num_gpus if inf else 0)(_run_inference)
-    score = ray.remote(num_cpus=cfg.num_cpus_per_task)(score_cell)
-    return (lambda s: read.remote(s)), (lambda *a: infer.remote(*a)), (lambda *a: score.remote(*a)), ray.get
+    def __init__(self, cfg: OVSGGConfig) -> None:
+        self.name = run_name("ovsgg", cfg.out_dir)
+        self.ray = None
+        if not cfg.use_ray:
+            return
+        import ray
+
+        if not ray.is_initialized():
+            ray.init()
+        self.ray = ray
+        inf = cfg.inference
+        if inf and inf.resources.num_gpus > ray.cluster_resources().get("GPU", 0):
+            # not an error: an autoscaling cluster adds GPU nodes once the tasks are pending
+            logging.getLogger(__name__).warning("inference asks for %s GPU(s) per task; the cluster has %s now",
+                                                inf.resources.num_gpus, ray.cluster_resources().get("GPU", 0))
+        cpu = ray_remote_args(ResourcesConfig(num_cpus=cfg.num_cpus_per_task))
+        self.remote = {"read": ray.remote(**cpu)(load_benchmark), "score": ray.remote(**cpu)(score_cell),
+                       "infer": ray.remote(**ray_remote_args(inf.resources if inf else ResourcesConfig()))(_run_inference)}
+
+    def submit(self, stage: str, label: str, *args: Any) -> Any:
+        """One call of ``stage``; on Ray a task named ``<run>:<stage>:<label>`` (the dashboard's Tasks view)."""
+        if self.ray is None:
+            return {"read": load_benchmark, "score": score_cell, "infer": _run_inference}[stage](*args)  # in-process
+        return self.remote[stage].options(name=f"{self.name}:{stage}:{label}").remote(*args)
+
+    def gather(self, refs: list, unit: str) -> list:
+        """Results in order, printing ``[<run>] <unit> done/total`` as each finishes."""
+        progress = Progress(self.name, unit, len(refs))
+        if self.ray is None:
+            for _ in refs:
+                progress.update()
+            return list(refs)
+        return gather(self.ray, refs, progress)
 
 
 def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
@@ -320,19 +343,20 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "config.yaml")
-    read, infer, score, get = _stages(cfg)
-    benches = {b.name: read(b) for b in cfg.benchmarks}
+    stages = _Stages(cfg)
+    benches = {b.name: stages.submit("read", b.name, b) for b in cfg.benchmarks}
     specs = {b.name: b for b in cfg.benchmarks}
     preds = {s.name: dict(s.predictions) for s in cfg.systems}
     if cfg.inference is not None:  # stage 2: the only place a model runs
         fn = predict_fn or cfg.inference.predict_fn
         todo = [b for b in specs if b not in preds[cfg.inference.system]]
-        paths = [infer(specs[b], benches[b], fn, str(out / cfg.inference.out_dir / f"{b}.parquet"),
-                       cfg.inference.checkpoint) for b in todo]
-        preds[cfg.inference.system].update(dict(zip(todo, get(paths) if paths else [])))
+        paths = [stages.submit("infer", b, specs[b], benches[b], fn, str(out / cfg.inference.out_dir / f"{b}.parquet"),
+                               cfg.inference.checkpoint) for b in todo]
+        preds[cfg.inference.system].update(dict(zip(todo, stages.gather(paths, "inference benchmarks"))))
     train = {s.name: s.train_corpus for s in cfg.systems}
-    jobs = {(s, b): score(specs[b], benches[b], p, cfg, train[s]) for s, ps in preds.items() for b, p in ps.items()}
-    done = dict(zip(jobs, get(list(jobs.values())))) if jobs else {}
+    jobs = {(s, b): stages.submit("score", f"{s}/{b}", specs[b], benches[b], p, cfg, train[s])
+            for s, ps in preds.items() for b, p in ps.items()}
+    done = dict(zip(jobs, stages.gather(list(jobs.values()), "cells"))) if jobs else {}
     systems: dict[str, dict] = {}
     for s in cfg.systems:
         cells = [done[(s.name, b.name)] for b in cfg.benchmarks if (s.name, b.name) in done]
@@ -359,6 +383,9 @@ def _json_default(x):
 
 
 if __name__ == "__main__":
-    _cfg = parse_job_args(OVSGGConfig, description="OV-SGG-Bench: six axes + OVS composite")
-    main(_cfg)
+    # run through the importable module, not __main__, so Ray workers unpickle tasks and configs by reference
+    import eval_jobs.ovsgg as _job
+
+    _cfg = parse_job_args(_job.OVSGGConfig, description="OV-SGG-Bench: six axes + OVS composite")
+    _job.main(_cfg)
     print((Path(_cfg.out_dir) / "table.md").read_text())

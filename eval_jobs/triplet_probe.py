@@ -2,7 +2,7 @@
 
     python -m eval_jobs.triplet_probe --config eval_jobs/configs/triplet_probe_synthetic.yaml
 
-Each task reserves one GPU when the cluster has GPUs (else ``num_cpus`` from config), extracts
+Each task reserves ``task.resources`` (by default one GPU when the cluster has GPUs), extracts
 features through ``actors.feature_extractor.FeatureExtractorActor`` with a Parquet cache keyed by
 model and input content, and returns per-triplet correctness. The driver scores accuracy overall
 and per axis, both gaps, bootstrap intervals, paired tests and an optional layer sweep, then
@@ -22,6 +22,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.jobinfo import Progress, gather, run_name
+from relate.placement import ResourcesConfig, ray_remote_args
 from relate.data.poporo import TripletSet, read_triplet_manifest
 from relate.data.synthetic_triplets import SyntheticTripletsConfig, write_synthetic_triplets
 from relate.probe import (
@@ -30,7 +32,7 @@ from relate.probe import (
 )
 from relate.probe.cache import FINAL, FeatureCache, cached_features, model_fingerprint
 
-__all__ = ["TripletProbeConfig", "ProbeModelConfig", "TripletProbeResult", "main", "probe_model"]
+__all__ = ["TripletProbeConfig", "ProbeModelConfig", "ProbeTaskConfig", "TripletProbeResult", "main", "probe_model"]
 
 
 class ProbeModelConfig(StrictConfig):
@@ -49,12 +51,22 @@ class ProbeModelConfig(StrictConfig):
         return self.label or self.name
 
 
-class ResourcesConfig(StrictConfig):
-    """What each per-model Ray task reserves."""
+class ProbeTaskConfig(StrictConfig):
+    """What each per-model Ray task reserves, and its batch size."""
 
-    num_cpus: float = Field(default=1.0, gt=0, description="CPUs per model task (fractional is fine on small machines)")
-    num_gpus: float | None = Field(default=None, ge=0, description="GPUs per model task; None: 1 when the cluster has GPUs, else 0")
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig,
+                                       description="per model task: CPUs (fractional is fine on small machines), GPUs "
+                                                   "and custom resources such as {evaluator: 1}")
+    gpu_when_available: bool = Field(default=True, description="when resources.num_gpus is 0 and the cluster has GPUs, "
+                                                               "each task takes one GPU (one per probed model)")
     batch_size: int = Field(default=32, ge=1, description="images per forward pass")
+
+    def remote_args(self, cluster_gpus: float) -> dict[str, Any]:
+        """``.options()`` keyword arguments for a cluster with ``cluster_gpus`` GPUs now."""
+        res = self.resources
+        if res.num_gpus == 0 and self.gpu_when_available and cluster_gpus > 0:
+            res = res.model_copy(update={"num_gpus": 1.0})
+        return ray_remote_args(res)
 
 
 class BootstrapConfig(StrictConfig):
@@ -83,7 +95,7 @@ class TripletProbeConfig(StrictConfig):
     models: list[ProbeModelConfig] = Field(min_length=1, description="models to probe, in table order")
     output_dir: str = Field(default="runs/triplet_probe", description="folder for results.json, table.md, scatter.png")
     cache_dir: str | None = Field(default=None, description="feature cache folder; default output_dir/feature_cache")
-    resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="per-task resources")
+    task: ProbeTaskConfig = Field(default_factory=ProbeTaskConfig, description="per-model task resources and batch size")
     bootstrap: BootstrapConfig = Field(default_factory=BootstrapConfig, description="bootstrap intervals")
     paired: PairedConfig = Field(default_factory=PairedConfig, description="paired tests between models")
     ray_address: str | None = Field(default=None, description="Ray address; None starts or joins a local instance")
@@ -164,14 +176,13 @@ def _run_tasks(cfg: TripletProbeConfig, triplets: TripletSet, cache_dir: str) ->
 
     if not ray.is_initialized():
         ray.init(address=cfg.ray_address, ignore_reinit_error=True, log_to_driver=False)
-    gpus = cfg.resources.num_gpus
-    if gpus is None:
-        gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
-    remote = ray.remote(_task_entry).options(num_cpus=cfg.resources.num_cpus, num_gpus=gpus,
-                                             max_retries=1)
+    name = run_name("probe", cfg.output_dir)
+    remote = ray.remote(_task_entry)
+    opts = dict(cfg.task.remote_args(ray.cluster_resources().get("GPU", 0)), max_retries=1)
     ref = ray.put(triplets)
-    futures = [remote.remote(m, ref, cache_dir, cfg.resources.batch_size) for m in cfg.models]
-    return ray.get(futures)
+    futures = [remote.options(name=f"{name}:{m.display}", **opts).remote(m, ref, cache_dir, cfg.task.batch_size)
+               for m in cfg.models]
+    return gather(ray, futures, Progress(name, "models", len(futures)))
 
 
 def _task_entry(spec: ProbeModelConfig, triplets: TripletSet, cache_dir: str, batch_size: int) -> dict[str, Any]:
@@ -252,4 +263,7 @@ def main(cfg: TripletProbeConfig) -> TripletProbeResult:
 
 
 if __name__ == "__main__":
-    main(parse_job_args(TripletProbeConfig, description=__doc__.splitlines()[0]))
+    # run through the importable module, not __main__, so Ray workers unpickle tasks and configs by reference
+    import eval_jobs.triplet_probe as _job
+
+    _job.main(parse_job_args(_job.TripletProbeConfig, description=__doc__.splitlines()[0]))

@@ -38,18 +38,19 @@ from relate.annotation_stats import annotation_statistics, format_annotation_tab
 from relate.config import StrictConfig, dump_config, parse_job_args
 from relate.data.corpus import SPLITS, read_corpus
 from relate.gate import BoxTable, Candidates, GateConfig, TopUpConfig, balance_relations
+from relate.jobinfo import Progress, run_name
+from relate.placement import ResourcesConfig, ray_remote_args
 from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA, to_table, validate_corpus, validate_rejections
 
 __all__ = ["AnnotateConfig", "AnnotateResult", "build_annotation", "main", "shard_plan", "annotate_local"]
 
 
 class StageResources(StrictConfig):
-    """Actor pool size and CPUs per actor for the model-calling stage."""
+    """Actor pool size, batch size and what each actor of the model-calling stage reserves."""
 
-    concurrency: int = Field(1, ge=1, description="Actors running the backend (per pass).")
-    num_cpus: float = Field(0.5, gt=0, description="CPUs per actor (fractional on small machines, or reads deadlock).")
-    num_gpus: float = Field(0.0, ge=0, description="GPUs per actor (transformers backend on GPUs).")
+    concurrency: int = Field(1, ge=1, description="Actors running the backend (per pass); the vllm backend sizes its pool with vlm.vllm.concurrency.")
     batch_size: int = Field(8, ge=1, description="Images per backend call.")
+    resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.5), description="Per actor (per vLLM engine for the vllm backend): CPUs (fractional on small machines, or reads deadlock), GPU fraction and the custom 'annotator' resource that keeps annotators on the annotation node group.")
 
 
 class AnnotateConfig(StrictConfig):
@@ -70,13 +71,16 @@ class AnnotateConfig(StrictConfig):
     gate: GateConfig = Field(default_factory=GateConfig, description="Algorithm 1 thresholds and balancing.")
     topup: TopUpConfig = Field(default_factory=TopUpConfig, description="Geometric top-up of sparse images.")
     cpu_batch_size: int = Field(32, ge=1, description="Images per batch in the CPU stages (markers, parse, gate).")
-    cpu_num_cpus: float = Field(0.25, gt=0, description="CPUs per CPU-stage task.")
+    cpu_resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.25), description="Per task of the CPU stages (markers, prompts, parse, gate).")
 
     @model_validator(mode="after")
     def _check(self) -> "AnnotateConfig":
         bad = [s for s in self.splits if s not in SPLITS]
         if bad:
             raise ValueError(f"unknown split(s) {bad}; valid: {list(SPLITS)}")
+        if self.vlm.backend == "vllm" and self.generate.resources.num_gpus == 0:
+            raise ValueError("vlm.backend=vllm runs an engine per GPU (fraction): set generate.resources.num_gpus "
+                             "(e.g. 1, or 0.5 to pack two engines on one GPU)")
         return self
 
 
@@ -172,7 +176,7 @@ def _write_shard(out: Path, shard: str, rows: list[dict], gate: GateConfig) -> N
 def build_annotation(ds, cfg: AnnotateConfig):
     """The unmaterialised Ray Data graph: image records in, gated rows (relations, rejected) out."""
     import ray
-    cpu = dict(batch_format="pyarrow", batch_size=cfg.cpu_batch_size, num_cpus=cfg.cpu_num_cpus)
+    cpu = dict(batch_format="pyarrow", batch_size=cfg.cpu_batch_size, **ray_remote_args(cfg.cpu_resources))
     ds = ds.map_batches(MarkStage(cfg.id_base, cfg.outlines, cfg.duplicate_person_rate, cfg.seed), **cpu)
     gen = cfg.generate
     if cfg.vlm.backend == "vllm":
@@ -180,13 +184,13 @@ def build_annotation(ds, cfg: AnnotateConfig):
 
         for pass_name in VLM_PASSES:
             ds = ds.map_batches(PromptStage(pass_name, cfg.id_base, cfg.prompt_dir), **cpu)
-            ds = build_vllm_processor(cfg.vlm.vllm)(ds)
+            ds = build_vllm_processor(cfg.vlm.vllm, gen.resources)(ds)
             ds = ds.map_batches(ParseStage(pass_name, cfg.id_base), **cpu)
     else:
         ds = ds.map_batches(PassesStage, fn_constructor_kwargs=dict(vlm=cfg.vlm.model_dump(), id_base=cfg.id_base,
                             prompt_dir=cfg.prompt_dir), batch_format="pyarrow", batch_size=gen.batch_size,
                             compute=ray.data.ActorPoolStrategy(min_size=1, max_size=gen.concurrency),
-                            num_cpus=gen.num_cpus, **({"num_gpus": gen.num_gpus} if gen.num_gpus else {}))
+                            **ray_remote_args(gen.resources))
     # balancing needs the whole shard (its strata), so the driver does it when a shard completes
     return ds.map_batches(GateStage(cfg.gate.model_copy(update={"balance": False}), cfg.topup), **cpu)
 
@@ -255,12 +259,17 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
     expected = {s: c for s, c in zip(*_counts(pending))}
     buffers: dict[str, list[dict]] = {s: [] for s in todo}
     written = 0
+    name = run_name("annotate", cfg.out_dir)
+    print(f"[{name}] {plan.num_rows} images in {len(todo) + skipped} shards: {skipped} done before, "
+          f"{len(todo)} to annotate ({pending.num_rows} images)", flush=True)
     if pending.num_rows:
         if not ray.is_initialized():
             ray.init(ignore_reinit_error=True, log_to_driver=False)
         step = cfg.cpu_batch_size
         chunks = [pending.slice(i, step) for i in range(0, pending.num_rows, step)]
         ds = build_annotation(ray.data.from_arrow(chunks), cfg)
+        ds.set_name(name)  # the Ray Data dashboard and metric tags show the run, not "dataset_17"
+        progress = Progress(name, "shards", len(todo))
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             for row in batch.to_pylist():
                 buf = buffers[row["shard"]]
@@ -269,6 +278,7 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
                     _write_shard(out, row["shard"], buf, cfg.gate)
                     buffers[row["shard"]] = []
                     written += 1
+                    progress.update()
     stats = _final_stats(cfg, sorted(set(plan.column("shard").to_pylist())))
     print(format_annotation_table(stats))
     return AnnotateResult(out, stats, written, skipped)
@@ -280,4 +290,7 @@ def _counts(t: pa.Table) -> tuple[list[str], list[int]]:
 
 
 if __name__ == "__main__":
-    main(parse_job_args(AnnotateConfig, sys.argv[1:], description=__doc__.splitlines()[0]))
+    # run through the importable module, not __main__, so Ray workers unpickle stages and configs by reference
+    import pipelines.annotate as _job
+
+    _job.main(parse_job_args(_job.AnnotateConfig, sys.argv[1:], description=__doc__.splitlines()[0]))

@@ -15,6 +15,7 @@ from actors.detector import DetectorConfig
 from actors.judge import JudgeConfig
 from relate.config import StrictConfig
 from relate.model.config import RelationModelConfig
+from relate.placement import ResourcesConfig, serve_actor_options
 
 __all__ = ["AutoscalingOptions", "DeploymentOptions", "HttpSettings", "SecuritySettings", "RandomModelSettings",
            "RelationSettings", "DetectorSettings", "JudgeSettings", "ServeAppConfig"]
@@ -52,11 +53,20 @@ class DeploymentOptions(StrictConfig):
     health_check_timeout_s: float = Field(30.0, gt=0, description="a check slower than this marks the replica unhealthy")
     graceful_shutdown_timeout_s: float = Field(20.0, ge=0, description="time to drain in-flight requests on shutdown")
 
+    def replica_resources(self) -> ResourcesConfig:
+        """One replica's reservation as a placement request (checked by Ray's quantity rules)."""
+        return ResourcesConfig(num_cpus=self.num_cpus, num_gpus=self.num_gpus)
+
+    @model_validator(mode="after")
+    def _placeable(self) -> "DeploymentOptions":
+        self.replica_resources()  # e.g. num_gpus=1.5 fails here, at config time, not at deploy time
+        return self
+
     def serve_options(self) -> dict[str, Any]:
         """Keyword arguments for ``Deployment.options``."""
         opts: dict[str, Any] = {
             "max_ongoing_requests": self.max_ongoing_requests, "max_queued_requests": self.max_queued_requests,
-            "ray_actor_options": {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus},
+            "ray_actor_options": serve_actor_options(self.replica_resources()),
             "health_check_period_s": self.health_check_period_s, "health_check_timeout_s": self.health_check_timeout_s,
             "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s}
         if self.autoscaling is not None:

@@ -23,6 +23,7 @@ import torch
 from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.placement import ResourcesConfig, scaling_config_kwargs
 from relate.text.distill import DistillWeights, distill_losses
 from relate.text.distill_data import evaluate_text_spaces, prepare_distill_data
 from relate.text.student import create_text_student, save_student
@@ -73,8 +74,17 @@ class TrainConfig(StrictConfig):
 
 class ScalingConfig(StrictConfig):
     num_workers: int = Field(2, ge=1, description="Ray Train workers")
-    cpus_per_worker: float = Field(0.5, gt=0, description="CPUs reserved per worker (fractional on a 2-CPU node so Ray Data tasks still get a slot)")
+    worker: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.5),
+                                    description="what each worker reserves: CPUs (fractional on a 2-CPU node so Ray "
+                                                "Data tasks still get a slot) and optional custom resources; no GPU "
+                                                "(the student is small and trains on CPU with gloo)")
     backend: Literal["gloo"] = Field("gloo", description="torch.distributed backend (CPU)")
+
+    @model_validator(mode="after")
+    def _cpu_only(self) -> "ScalingConfig":
+        if self.worker.num_gpus or self.worker.accelerator_type:
+            raise ValueError("scaling.worker: the text student trains on CPU (gloo); request no GPU or accelerator")
+        return self
 
 
 class DistillTextConfig(StrictConfig):
@@ -232,8 +242,7 @@ def build_trainer(cfg: DistillTextConfig, data: dict):
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"cfg": cfg.model_dump(mode="json"), "data": data, "n_train": n},
-        scaling_config=RayScaling(num_workers=cfg.scaling.num_workers, use_gpu=False,
-                                  resources_per_worker={"CPU": cfg.scaling.cpus_per_worker}),
+        scaling_config=RayScaling(**scaling_config_kwargs(cfg.scaling.worker, cfg.scaling.num_workers)),
         torch_config=TorchConfig(backend=cfg.scaling.backend),
         datasets={"train": ds},
         run_config=RunConfig(name="distill_text", storage_path=storage,

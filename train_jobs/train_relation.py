@@ -12,8 +12,10 @@ from the latest one after a worker failure (FailureConfig), metrics reported eve
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -23,14 +25,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, parse_job_args
+from relate.jobinfo import eta_seconds, format_seconds, run_name
 from relate.losses import LossConfig, PredicateSpace, force_mask, relation_objective
 from relate.model.config import RelationModelConfig
+from relate.placement import ResourcesConfig, scaling_config_kwargs
 from train_jobs.relation_data import DataConfig, DecodeStage, build_space, evaluate_split
 
-__all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "main"]
+__all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "main",
+           "resolve_storage_path"]
+
+# Rank 0's step lines go through a logger, not print: inside a Ray Train worker, print is patched
+# to log *and* echo to the captured stdout, so every printed line reached the job log twice.
+_log = logging.getLogger(__name__)
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class OptimConfig(StrictConfig):
@@ -48,10 +58,14 @@ class OptimConfig(StrictConfig):
 
 class RunSettings(StrictConfig):
     name: str = Field("relation", description="run name (folder under storage_path)")
-    storage_path: str = Field("runs/ray_train", description="RunConfig storage for checkpoints and results")
+    storage_path: str = Field("runs/ray_train", description="RunConfig storage for checkpoints and results: a local "
+                              "(on a cluster: shared) folder, resolved to an absolute path, or a URI such as s3://... "
+                              "or gs://..., passed to Ray as is")
     num_workers: int = Field(2, ge=1, description="DDP workers")
-    use_gpu: bool = Field(False, description="one GPU per worker and nccl; gloo on CPU otherwise")
-    cpus_per_worker: float = Field(0.75, gt=0, description="CPUs per worker (leave some for Ray Data)")
+    worker: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.75),
+                                    description="what each DDP worker reserves: num_gpus > 0 means one GPU each and nccl "
+                                                "(gloo otherwise), custom resources such as {trainer: 1} pin workers to "
+                                                "the training node group; on CPU leave some CPUs for Ray Data")
     checkpoint_every: int = Field(50, gt=0, description="steps between checkpoints")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in storage")
     max_failures: int = Field(2, ge=0, description="worker-group restarts allowed (FailureConfig)")
@@ -61,6 +75,15 @@ class RunSettings(StrictConfig):
     evaluate_test: bool = Field(True, description="after training, score the test split and the frequency baseline")
     log_every: int = Field(10, gt=0, description="rank-0 console log interval in steps")
     kill_worker_at_step: int | None = Field(None, gt=0, description="fault drill: the last rank SIGKILLs itself once at this step")
+
+    @model_validator(mode="after")
+    def _check(self) -> "RunSettings":
+        if self.kill_worker_at_step is not None and _URI.match(self.storage_path):
+            raise ValueError(f"run.kill_worker_at_step needs a local storage_path (the drill reads the checkpoint "
+                             f"snapshot from disk), got {self.storage_path!r}")
+        if self.worker.num_gpus not in (0, 1):
+            raise ValueError(f"run.worker.num_gpus={self.worker.num_gpus}: a DDP worker takes no GPU or exactly one")
+        return self
 
 
 class TrainRelationConfig(StrictConfig):
@@ -191,17 +214,26 @@ class _Runner:
         self.rng.bit_generator.state = st["rng"]
 
 
+def _say(line: str) -> None:
+    """One console line from rank 0: through Ray Train's worker logging when it is set up, else print."""
+    if logging.getLogger().hasHandlers():
+        _log.setLevel(logging.INFO)
+        _log.info(line)
+    else:
+        print(line, flush=True)
+
+
 def _rung_side(base: int, rung: float, patch: int) -> int:
     return max(patch, int(round(base * rung / patch)) * patch)
 
 
-def _maybe_kill(run: RunSettings, runner: _Runner, marker: Path) -> None:
+def _maybe_kill(run: RunSettings, runner: _Runner, marker: Path | None) -> None:
     """Fault drill: the last rank kills its own process once, mid-epoch, at the configured step.
 
     It first waits until the controller has committed a checkpoint to storage (its snapshot file
     lists one), so the drill tests resumption rather than a race with checkpoint registration.
     """
-    if run.kill_worker_at_step is None or runner.step != run.kill_worker_at_step:
+    if marker is None or run.kill_worker_at_step is None or runner.step != run.kill_worker_at_step:
         return
     if runner.rank != runner.ctx.get_world_size() - 1 or marker.exists():
         return
@@ -224,8 +256,9 @@ def train_loop_per_worker(config: dict) -> None:
         with ckpt.as_directory() as d:
             runner.load_checkpoint(Path(d))
     shard = ray.train.get_dataset_shard("train")
-    marker = Path(config["marker"])
-    t_last = time.perf_counter()
+    marker = Path(config["marker"]) if config["marker"] else None
+    t_last = t_start = time.perf_counter()
+    first = runner.step
     while runner.step < runner.total:
         for batch in shard.iter_torch_batches(batch_size=cfg.optim.batch_size, drop_last=True):
             metrics = runner.train_step(batch)
@@ -235,8 +268,10 @@ def train_loop_per_worker(config: dict) -> None:
                 if runner.rank == 0:
                     metrics.update(runner.validate())
             if runner.rank == 0 and runner.step % cfg.run.log_every == 0:
-                print(f"step {runner.step}/{runner.total} loss {metrics['loss/total']:.4f} side {metrics['rung_side']} "
-                      f"compute {metrics['step_seconds']:.2f}s wall {time.perf_counter() - t_last:.2f}s", flush=True)
+                now = time.perf_counter()
+                eta = eta_seconds(runner.step - first, runner.total - first, now - t_start)
+                _say(f"step {runner.step}/{runner.total} loss {metrics['loss/total']:.4f} side {metrics['rung_side']} "
+                     f"compute {metrics['step_seconds']:.2f}s wall {now - t_last:.2f}s eta {format_seconds(eta)}")
             t_last = time.perf_counter()
             if runner.step % cfg.run.checkpoint_every == 0 or last:
                 with tempfile.TemporaryDirectory() as tmp:
@@ -248,6 +283,19 @@ def train_loop_per_worker(config: dict) -> None:
                 ray.train.report(metrics)
             if last:
                 return
+
+
+def resolve_storage_path(path: str) -> str:
+    """A local storage path made absolute (Ray Train requires it); a URI (``s3://``, ``gs://``, ...) as is."""
+    if _URI.match(path):
+        return path
+    return str(Path(path).expanduser().resolve())
+
+
+def _drill_marker(storage: str, name: str) -> str | None:
+    # The fault drill's once-only marker sits beside the controller's checkpoint snapshot, which
+    # it reads from disk: only possible for local storage (RunSettings rejects a drill on a URI).
+    return None if _URI.match(storage) else str(Path(storage) / name / ".fault_drill_done")
 
 
 def build_trainer(cfg: TrainRelationConfig):
@@ -264,6 +312,7 @@ def build_trainer(cfg: TrainRelationConfig):
     table = read_corpus(cfg.data.corpus_root, "train").select(["image_id", "uri", "width", "height", "boxes",
                                                                 "relations"])
     ds = ray.data.from_arrow(table)
+    ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
     stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
                         forms=space["forms"], categories=space["categories"], seed=cfg.run.seed)
     ds = ds.map_batches(DecodeStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
@@ -272,18 +321,18 @@ def build_trainer(cfg: TrainRelationConfig):
                         num_cpus=cfg.data.decode_cpus)
     per_step = cfg.optim.batch_size * cfg.run.num_workers
     total = cfg.optim.max_steps or cfg.optim.epochs * max(1, space["n_train"] // per_step)
-    storage = Path(cfg.run.storage_path).resolve()
+    storage = resolve_storage_path(cfg.run.storage_path)
     run_config = ray.train.RunConfig(
-        name=cfg.run.name, storage_path=str(storage),
+        name=cfg.run.name, storage_path=storage,
         failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
         checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints))
     loop_cfg = {"cfg": cfg.model_dump(mode="json"), "space": space, "total_steps": int(total),
-                "marker": str(storage / cfg.run.name / ".fault_drill_done")}
+                "marker": _drill_marker(storage, cfg.run.name)}
+    scaling = scaling_config_kwargs(cfg.run.worker, cfg.run.num_workers)
     return TorchTrainer(
         train_loop_per_worker, train_loop_config=loop_cfg,
-        scaling_config=ray.train.ScalingConfig(num_workers=cfg.run.num_workers, use_gpu=cfg.run.use_gpu,
-                                               resources_per_worker={"CPU": cfg.run.cpus_per_worker}),
-        torch_config=TorchConfig(backend="nccl" if cfg.run.use_gpu else "gloo"),
+        scaling_config=ray.train.ScalingConfig(**scaling),
+        torch_config=TorchConfig(backend="nccl" if scaling["use_gpu"] else "gloo"),
         run_config=run_config, datasets={"train": ds})
 
 
@@ -307,5 +356,9 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
 
 
 if __name__ == "__main__":
-    res = main(parse_job_args(TrainRelationConfig, sys.argv[1:], description=__doc__ or ""))
+    # Run through the importable module, not __main__: Ray pickles __main__'s functions and classes
+    # by value, and a pydantic model rebuilt that way on a worker fails to build its serializer.
+    import train_jobs.train_relation as _job
+
+    res = _job.main(parse_job_args(_job.TrainRelationConfig, sys.argv[1:], description=__doc__ or ""))
     print(f"checkpoint: {res.checkpoint}  ({res.seconds:.0f} s)")

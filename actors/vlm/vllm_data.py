@@ -13,28 +13,53 @@ import base64
 from typing import Any
 
 from actors.vlm.configs import VLLMConfig
+from relate.placement import ResourcesConfig
 
-__all__ = ["build_vllm_processor_config", "build_vllm_processor", "vllm_preprocess", "TEXT_COLUMN"]
+__all__ = ["engine_bundle", "build_vllm_processor_config", "build_vllm_processor", "vllm_preprocess", "TEXT_COLUMN"]
 
 TEXT_COLUMN = "vlm_text"
 
 
-def build_vllm_processor_config(cfg: VLLMConfig) -> Any:
-    """The ``ray.data.llm.vLLMEngineProcessorConfig`` for ``cfg`` (multimodal stage enabled)."""
+def engine_bundle(res: ResourcesConfig) -> dict[str, float]:
+    """One engine's placement bundle: CPU, a GPU (fraction) and custom resources such as ``annotator``.
+
+    ray.data.llm turns a single-GPU engine's bundle into the ``num_cpus``/``num_gpus``/``resources``
+    of its ``map_batches`` stage, so a fraction packs several engines on one GPU.
+    """
+    if res.num_gpus == 0:
+        raise ValueError("a vLLM engine needs a GPU: set num_gpus > 0 in its resources (e.g. 1, or 0.5 to pack two)")
+    return {"CPU": res.num_cpus, "GPU": res.num_gpus, **res.resources}
+
+
+def build_vllm_processor_config(cfg: VLLMConfig, resources: ResourcesConfig | None = None) -> Any:
+    """The ``ray.data.llm.vLLMEngineProcessorConfig`` for ``cfg`` (multimodal stage enabled).
+
+    ``resources`` (per engine) sets the placement bundle and, unless ``cfg`` pins one already, the
+    accelerator type; without it Ray's default applies (one whole GPU per engine, anywhere).
+    """
     from ray.data.llm import PrepareMultimodalStageConfig, vLLMEngineProcessorConfig
 
+    accelerator = cfg.accelerator_type
+    extra: dict[str, Any] = {}
+    if resources is not None:
+        if accelerator and resources.accelerator_type and accelerator != resources.accelerator_type:
+            raise ValueError(f"vllm.accelerator_type={accelerator!r} disagrees with the engine resources' "
+                             f"accelerator_type={resources.accelerator_type!r}; set one of them")
+        accelerator = accelerator or resources.accelerator_type
+        extra["placement_group_config"] = {"bundle_per_worker": engine_bundle(resources)}
     return vLLMEngineProcessorConfig(
         model_source=cfg.model_source,
         engine_kwargs=dict(cfg.engine_kwargs),
         batch_size=cfg.batch_size,
         concurrency=cfg.concurrency,
-        accelerator_type=cfg.accelerator_type,
+        accelerator_type=accelerator,
         runtime_env=cfg.runtime_env,
         prepare_multimodal_stage=PrepareMultimodalStageConfig(enabled=True),
         chat_template_stage=True,
         tokenize_stage=True,
         detokenize_stage=True,
         should_continue_on_error=True,  # a failed row becomes an unusable output, not a dead job
+        **extra,
     )
 
 
@@ -55,10 +80,10 @@ def _postprocess(row: dict) -> dict:
     return out
 
 
-def build_vllm_processor(cfg: VLLMConfig) -> Any:
+def build_vllm_processor(cfg: VLLMConfig, resources: ResourcesConfig | None = None) -> Any:
     """An unstarted ``ray.data.llm`` Processor: ``processor(ds)`` adds the ``vlm_text`` column."""
     from ray.data.llm import build_processor
 
-    return build_processor(build_vllm_processor_config(cfg),
+    return build_processor(build_vllm_processor_config(cfg, resources),
                            preprocess=lambda row: vllm_preprocess(row, cfg),
                            postprocess=_postprocess)

@@ -45,7 +45,7 @@ def _world(root: Path, n: int, seed: int = 5) -> Path:
 
 def _cfg(inp: Path, out: Path, **kw) -> AnnotateConfig:
     base = dict(input_dir=str(inp), out_dir=str(out), splits=["train", "val"], shard_size=6, cpu_batch_size=6,
-                duplicate_person_rate=0.2, generate=dict(batch_size=6, num_cpus=0.5))
+                duplicate_person_rate=0.2, generate=dict(batch_size=6, resources=dict(num_cpus=0.5)))
     base.update(kw)
     return AnnotateConfig.model_validate(base)
 
@@ -58,7 +58,7 @@ def _read(out: Path, kind: str) -> pa.Table:
 @pytest.mark.slow
 def test_annotate_writes_shards_stats_and_skips_finished_shards(ray_session, tmp_path):
     inp = _world(tmp_path / "world", 30)
-    cfg = _cfg(inp, tmp_path / "out", generate=dict(batch_size=12, num_cpus=0.5), cpu_batch_size=12)
+    cfg = _cfg(inp, tmp_path / "out", generate=dict(batch_size=12, resources=dict(num_cpus=0.5)), cpu_batch_size=12)
     res = main(cfg)
     kept, rej = _read(Path(cfg.out_dir), "corpus"), _read(Path(cfg.out_dir), "rejections")
     assert kept.num_rows == rej.num_rows == 30 and kept.schema.equals(CORPUS_SCHEMA)

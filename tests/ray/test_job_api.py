@@ -1,24 +1,46 @@
 """The job submission API (what `ray job submit` uses, served by the dashboard) end to end.
 
-A local head with the dashboard plus one worker node; the synthetic-corpus pipeline is
-submitted through JobSubmissionClient with a name (submission id), metadata and the project's
-runtime_env (cluster/runtime_env.yaml minus pip), and followed through its statuses and logs
-to completion, as a user would follow it on the dashboard's Jobs page.
+A local head with the dashboard plus one worker node (advertising `annotator`); the annotation
+pipeline is submitted through JobSubmissionClient with the submission id, metadata and entrypoint
+that `scripts/submit_job.py` builds from the job's config, plus the project's runtime_env
+(cluster/runtime_env.yaml minus pip). It is followed through its statuses and logs to completion,
+as a user would follow it on the dashboard's Jobs page: the metadata comes back from
+`get_job_info`, and the log carries the job's progress lines (shards done/total with ETA).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
-import uuid
 
+import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 
-from _ray_local_cluster import LocalCluster, project_runtime_env, wait_job
+from _ray_local_cluster import REPO, LocalCluster, project_runtime_env, wait_job
 
 pytestmark = pytest.mark.slow
 
 NUM_SCENES = 12
+SHARD_SIZE = 4
+
+
+def _world(root) -> None:
+    """A 12-scene corpus (train split only) in the project layout, written in this process."""
+    from relate.data.synthetic import SyntheticConfig, make_scene
+    from relate.schema import CORPUS_SCHEMA, to_table
+
+    world = SyntheticConfig(seed=3, min_size=64, max_size=96)
+    (root / "images").mkdir(parents=True)
+    rows = []
+    for i in range(NUM_SCENES):
+        scene = make_scene(i, world)
+        uri = root / "images" / f"{scene.image_id}.png"
+        Image.fromarray(scene.image).save(uri)
+        rows.append(scene.to_record(str(uri), "train"))
+    (root / "corpus" / "train").mkdir(parents=True)
+    pq.write_table(to_table(rows, CORPUS_SCHEMA), root / "corpus" / "train" / "part-0.parquet")
 
 
 async def _tail(client, job_id: str, timeout: float) -> list[str]:
@@ -37,7 +59,7 @@ def cluster():
     c = LocalCluster(head_cpus=0, dashboard=True)
     try:
         c.start_head()
-        c.add_worker("w1", num_cpus=1, resources={"annotator": 1})
+        c.add_worker("w1", num_cpus=1, resources={"annotator": 1})  # the job's actor asks for it
         c.wait_for_nodes(timeout=120)
         yield c
     finally:
@@ -48,16 +70,20 @@ def test_submit_follow_and_read_back(cluster, tmp_path):
     from ray.job_submission import JobStatus
 
     from relate.data.corpus import read_corpus
+    from scripts.submit_job import build_submission
 
+    _world(tmp_path / "world")
+    out_dir = tmp_path / "annotated"
+    sub = build_submission("pipelines.annotate", [
+        "--config", "pipelines/configs/annotate_synthetic.yaml", "--set", f"input_dir={tmp_path / 'world'}",
+        "--set", f"out_dir={out_dir}", "--set", "splits=[train]", "--set", f"shard_size={SHARD_SIZE}",
+        "--set", "cpu_batch_size=12", "--set", "generate.batch_size=12",
+        "--set", "generate.resources.resources.annotator=1"], python=sys.executable, repo=REPO)
     client = cluster.job_client()
-    out_dir = tmp_path / "synthetic"
-    job_id = f"synthetic-{uuid.uuid4().hex[:8]}"
-    metadata = {"project": "relate", "job": "pipelines.synthetic", "num_scenes": str(NUM_SCENES)}
-    entry = (f"{sys.executable} -m pipelines.synthetic --set num_scenes={NUM_SCENES} --set blocks=3 "
-             f"--set num_cpus=0.5 --set min_size=64 --set max_size=96 --set out_dir={out_dir}")
-    returned = client.submit_job(entrypoint=entry, submission_id=job_id, metadata=metadata,
+    returned = client.submit_job(entrypoint=sub.entrypoint, submission_id=sub.submission_id, metadata=sub.metadata,
                                  runtime_env=project_runtime_env())
-    assert returned == job_id
+    assert returned == sub.submission_id and returned.startswith("annotate-annotated-")
+    job_id = returned
 
     # Follow the log stream while polling the status, like `ray job submit` does.
     log_chunks = asyncio.run(_tail(client, job_id, timeout=300))
@@ -65,21 +91,25 @@ def test_submit_follow_and_read_back(cluster, tmp_path):
     logs = client.get_job_logs(job_id)
     assert final == JobStatus.SUCCEEDED.value, f"job ended {final}; statuses {seen}\n{logs[-3000:]}"
 
-    # The streamed log is the stored log, and it carries the pipeline's own summary.
+    # The streamed log is the stored log; it carries the progress lines and the job's own summary.
     streamed = "".join(log_chunks)
-    assert "synthetic corpus" in streamed and "synthetic corpus" in logs
+    assert "annotation run" in streamed and "annotation run" in logs
+    n_shards = NUM_SCENES // SHARD_SIZE
+    done = [int(k) for k in re.findall(rf"\[annotate-annotated\] shards (\d+)/{n_shards} \(\d+%\) elapsed \S+ eta \S+", logs)]
+    assert done == list(range(1, n_shards + 1)), f"progress lines {done}\n{logs[-3000:]}"
+    assert f"{NUM_SCENES} images in {n_shards} shards" in logs
 
     # Name and metadata are what the dashboard shows; the job is listed with them.
     info = client.get_job_info(job_id)
-    assert info.submission_id == job_id and info.entrypoint == entry
-    assert {k: info.metadata[k] for k in metadata} == metadata
+    assert info.submission_id == job_id and info.entrypoint == sub.entrypoint
+    assert {k: info.metadata[k] for k in sub.metadata} == sub.metadata
+    assert info.metadata["job"] == "pipelines.annotate" and info.metadata["git_commit"] != "unknown"
     assert info.runtime_env["working_dir"].startswith("gcs://")  # the working tree was uploaded
     assert info.end_time >= info.start_time > 0
     assert job_id in {j.submission_id for j in client.list_jobs()}
 
     # What the job wrote is the corpus we asked for: every scene once.
-    table = read_corpus(out_dir)
-    ids = table.column("image_id").to_pylist()
+    ids = read_corpus(out_dir).column("image_id").to_pylist()
     assert len(ids) == NUM_SCENES == len(set(ids))
 
     # Bad submissions fail loudly through the same API.

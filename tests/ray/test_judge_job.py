@@ -33,7 +33,7 @@ def world(tmp_path_factory):
 def _cfg(world, out, **kw):
     root, systems = world
     base = dict(out_dir=str(out), corpus=str(root), split="train", max_images=6, images_per_shard=3,
-                num_cpus_per_task=0.5,
+                resources={"num_cpus": 0.5},
                 systems=[{"name": "noisy", "predictions": systems["noisy_truth"], "threshold": 0.5},
                          {"name": "freq", "predictions": systems["frequency"], "threshold": 0.05}])
     base.update(kw)
@@ -103,7 +103,7 @@ def _tiny_vlm(path: Path) -> str:
 @pytest.mark.slow
 def test_tiny_transformers_vlm_end_to_end(ray_session, world, tmp_path):
     model = _tiny_vlm(tmp_path / "tiny_vlm")
-    cfg = _cfg(world, tmp_path / "run", max_images=2, images_per_shard=2, num_cpus_per_task=1.0,
+    cfg = _cfg(world, tmp_path / "run", max_images=2, images_per_shard=2, resources={"num_cpus": 1.0},
                relation={"depths": ["matched"], "matched_k": 2, "corruption_share": 0.5},
                graph={"depth": "matched", "votes": 1, "padding_relations": 1},
                judge={"backend": "transformers",
@@ -129,7 +129,7 @@ def test_vllm_path_runs_rendered_calls_through_a_ray_data_processor(ray_session,
     map that answers yes to every row; rendering, the dataset round trip and the audit are real."""
     import actors.vlm.vllm_data as vd
 
-    def fake_processor(cfg):
+    def fake_processor(cfg, resources=None):
         assert cfg.model_source == "Qwen/Qwen3-VL-8B-Instruct"
         return lambda ds: ds.map(lambda row: {"call_id": row["call_id"], vd.TEXT_COLUMN: 'ok {"answer": "yes"}'})
 

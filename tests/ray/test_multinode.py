@@ -158,7 +158,8 @@ def test_annotation_survives_node_loss(cluster, synthetic_run, tmp_path):
     client, job_id = _submit(cluster, "annotate",
                              "pipelines.annotate --config pipelines/configs/annotate_synthetic.yaml "
                              f"--set input_dir={synthetic_run['out']} --set out_dir={out} --set limit={ANNOTATE_LIMIT} --set shard_size=4 "
-                             "--set generate.num_cpus=0.5 --set cpu_num_cpus=0.25")
+                             "--set generate.resources.num_cpus=0.5 --set generate.resources.resources.annotator=0.5 "
+                             "--set cpu_resources.num_cpus=0.25")
     # Kill as soon as the job's Ray Data stages run on a worker node (the whole run is short).
     _wait_until(client, job_id, lambda: bool(_busiest_worker(cluster)[1]), timeout=150)
     victim, hosted = _busiest_worker(cluster)
@@ -176,7 +177,19 @@ def test_annotation_survives_node_loss(cluster, synthetic_run, tmp_path):
     assert sorted(got) == want, f"lost: {sorted(set(want) - set(got))[:5]}"
     n_shards = len(list((out / "stats" / "shards").glob("*.json")))
     assert n_shards == 3 * ANNOTATE_LIMIT // 4 and shards_before_kill < n_shards
+    # The annotator actors asked for the custom resource the config names (placement by name).
+    assert any(k.startswith("annotator") for r in _required_resources(cluster, client, job_id) for k in r), \
+        "no actor of the annotation job requested `annotator`"
     print(f"annotate: killed {victim} hosting {hosted}; {shards_before_kill}/{n_shards} shards done then")
+
+
+def _required_resources(cluster, client, submission_id: str) -> list[dict]:
+    """What each actor of a submitted job asked for (names inside a placement group carry a suffix)."""
+    from ray.util.state import list_actors
+
+    job_hex = client.get_job_info(submission_id).job_id
+    return [a.required_resources or {} for a in list_actors(address=cluster.dashboard_url, filters=[("job_id", "=", job_hex)],
+                                                             detail=True, raise_on_missing_output=False, limit=1000)]
 
 
 def _train_config() -> Path:
@@ -194,7 +207,7 @@ def test_training_resumes_from_checkpoint_on_remaining_node(cluster, synthetic_r
     client, job_id = _submit(cluster, "train",
                              f"train_jobs.train_relation --config {_train_config()} "
                              f"--set data.corpus_root={synthetic_run['out']} --set run.storage_path={storage} "
-                             "--set run.name=mn --set run.num_workers=1 --set run.cpus_per_worker=0.5 "
+                             "--set run.name=mn --set run.num_workers=1 --set run.worker.num_cpus=0.5 --set run.worker.resources.trainer=1 "
                              "--set run.checkpoint_every=2 --set run.log_every=1 --set run.max_failures=3 "
                              "--set run.evaluate_test=false --set optim.max_steps=8 --set optim.batch_size=4")
     # Step 3 starts after the step-2 checkpoint was reported, but the controller registers it
@@ -218,9 +231,12 @@ def test_training_resumes_from_checkpoint_on_remaining_node(cluster, synthetic_r
     trainers = [a for a in list_actors(address=cluster.dashboard_url, raise_on_missing_output=False, limit=1000)
                 if "RayTrainWorker" in (a.class_name or "")]
     assert len({a.node_id for a in trainers}) >= 2, "the training worker never moved to another node"
+    assert any(k.startswith("trainer") for r in _required_resources(cluster, client, job_id) for k in r), \
+        "no actor of the training job requested `trainer`"
     # ... and continued from the checkpoint: rank 0 prints "step k/8" every step, and step 1
     # (run once, before the first checkpoint at step 2) is never printed again after the restart.
+    # Each line is printed once (rank 0 logs through Ray Train's worker logger; print used to echo it twice).
     printed = [int(m) for m in re.findall(r"step (\d+)/8\b", logs)]
-    steps = [k for i, k in enumerate(printed) if i == 0 or k != printed[i - 1]]  # lines may be echoed twice
-    assert steps.count(1) == 1, f"training restarted from scratch: {steps}"
-    assert steps[-1] == 8, f"training did not reach its last step: {steps}"
+    assert printed.count(1) == 1, f"training restarted from scratch, or step lines are echoed twice: {printed}"
+    assert printed[-1] == 8, f"training did not reach its last step: {printed}"
+    assert re.search(r"step 8/8 loss \S+ .* eta 0s", logs), "step lines carry no ETA"

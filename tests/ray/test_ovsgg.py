@@ -109,11 +109,15 @@ def _cfg(root, paths, base, **kw):
 
 
 @pytest.mark.slow
-def test_ovsgg_end_to_end_on_ray(ray_session, suite):
+def test_ovsgg_end_to_end_on_ray(ray_session, suite, capsys):
     root, paths, corpus, base = suite
     cfg = _cfg(root, paths, base)
     res = main(cfg, predict_fn=noisy_oracle(corpus))
     out = Path(cfg.out_dir)
+    # Legible in the job log: one progress line per finished cell (Ray tasks gathered with ray.wait).
+    n_cells = sum(len(r["cells"]) for r in res["systems"].values())
+    done = [ln.split()[2] for ln in capsys.readouterr().out.splitlines() if ln.startswith("[ovsgg-out] cells ")]
+    assert done == [f"{k}/{n_cells}" for k in range(1, n_cells + 1)]
     for f in ("results.json", "table.md", "radar.png", "config.yaml"):
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
     assert sorted(p.name for p in (out / "predictions").iterdir()) == sorted(f"{b}.parquet" for b in base)

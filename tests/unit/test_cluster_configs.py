@@ -116,19 +116,55 @@ def test_launcher_images_and_setup_match_the_project(name):
             assert '"$HOME/relate' in cmd  # the file_mounts target
 
 
-def test_job_requests_fit_the_node_groups():
-    """Requests built with relate.placement fit where they must, and only there."""
-    from relate.placement import ResourcesConfig, slots_per_node
+def _shipped_requests() -> dict[str, tuple[object, str]]:
+    """Each GPU job's per-unit request, loaded from the config files we ship, with the node group meant for it."""
+    from eval_jobs.ovsgg import OVSGGConfig
+    from eval_jobs.triplet_probe import TripletProbeConfig
+    from pipelines.annotate import AnnotateConfig
+    from relate.config import load_config
+    from train_jobs.train_relation import TrainRelationConfig
 
-    annotator = ResourcesConfig(num_cpus=2, num_gpus=0.5, resources={"annotator": 0.5})
-    trainer = ResourcesConfig(num_cpus=8, num_gpus=1, resources={"trainer": 1}, accelerator_type="A100")
-    for name in LAUNCHERS:
-        types = _load(name)["available_node_types"]
-        assert slots_per_node(annotator, types["annotate"]["resources"]) >= 2
-        assert slots_per_node(trainer, types["a100"]["resources"]) == 8
-        assert slots_per_node(trainer, types["annotate"]["resources"]) == 0
-        assert slots_per_node(annotator, types["a100"]["resources"]) == 0
-        assert slots_per_node(annotator, types["head"]["resources"]) == 0
+    train = load_config(TrainRelationConfig, REPO / "train_jobs/configs/released.yaml")
+    annotate = load_config(AnnotateConfig, REPO / "pipelines/configs/annotate_gpu.yaml")
+    ovsgg = load_config(OVSGGConfig, REPO / "eval_jobs/configs/ovsgg.yaml")
+    probe = load_config(TripletProbeConfig, REPO / "eval_jobs/configs/triplet_probe.yaml")
+    return {"train worker": (train.run.worker, "a100"), "annotation engine": (annotate.generate.resources, "annotate"),
+            "ovsgg inference": (ovsgg.inference.resources, "a100"), "probe task": (probe.task.resources, "a100")}
+
+
+def _kuberay_groups() -> dict[str, dict[str, float]]:
+    """What each worker group of the RayCluster manifest advertises (pod limits + rayStartParams resources)."""
+    spec = _load("kuberay/raycluster.yaml")["spec"]
+    out = {}
+    for g in [dict(spec["headGroupSpec"], groupName="head")] + spec["workerGroupSpecs"]:
+        limits = g["template"]["spec"]["containers"][0]["resources"]["limits"]
+        params = g["rayStartParams"]
+        node = {"CPU": float(params.get("num-cpus", limits["cpu"])), "GPU": float(limits.get("nvidia.com/gpu", 0))}
+        node.update(json.loads(json.loads(params["resources"])) if "resources" in params else {})
+        out[g["groupName"]] = node
+    return out
+
+
+def test_shipped_job_configs_place_on_their_node_group_only():
+    """The GPU jobs ask for resources by name from their config files; each fits (with the packing
+    the config intends) on the node group meant for it, and nowhere else: not on the CPU head,
+    not on the CPU group, not on the other GPU group."""
+    from relate.placement import slots_per_node
+
+    requests = _shipped_requests()
+    assert requests["train worker"][0].resources == {"trainer": 1} and requests["train worker"][0].num_gpus == 1
+    assert requests["annotation engine"][0].resources.get("annotator", 0) > 0
+    assert 0 < requests["annotation engine"][0].num_gpus < 1  # a fraction: engines share a GPU
+    clusters = {name: {k: t["resources"] for k, t in _load(name)["available_node_types"].items()} for name in LAUNCHERS}
+    clusters["kuberay/raycluster.yaml"] = _kuberay_groups()
+    for cluster, types in clusters.items():
+        for what, (res, home) in requests.items():
+            slots = {t: slots_per_node(res, node) for t, node in types.items()}
+            assert slots[home] >= 1, f"{cluster}: {what} ({res}) cannot be placed on {home} ({types[home]})"
+            others = {t: n for t, n in slots.items() if t != home and n}
+            assert not others, f"{cluster}: {what} would also land on {others}"
+            if res.num_gpus:  # GPU requests fill their node's GPUs exactly
+                assert slots[home] == int(types[home]["GPU"] / res.num_gpus), f"{cluster}: {what} leaves GPUs idle"
 
 
 @pytest.mark.parametrize("name", LAUNCHERS)
@@ -325,7 +361,8 @@ def test_rayjob_entrypoint_references_exist():
     from train_jobs.train_relation import TrainRelationConfig
 
     cfg = load_config(TrainRelationConfig, REPO / config, overrides)  # overrides name real fields
-    assert cfg.run.num_workers == 4 and cfg.run.use_gpu  # Table 14: 4 x A100
+    assert cfg.run.num_workers == 4 and cfg.run.worker.num_gpus == 1  # Table 14: 4 x A100
+    assert cfg.run.worker.resources == {"trainer": 1}
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
     assert runtime_env["working_dir"] == "/home/ray/relate"
     assert "WORKDIR /home/ray/relate" in (CLUSTER / "Dockerfile").read_text()
@@ -349,8 +386,17 @@ def test_rayservice_embeds_the_serve_config_verbatim():
 
 # ----------------------------------------------------------------------------- README
 
+def _readme_text() -> str:
+    """cluster/README.md with continuation lines joined and each `python -m scripts.submit_job [opts] --
+    <job> ...` rewritten as the `python -m <job> ...` it submits (so both forms are checked alike)."""
+    text = (CLUSTER / "README.md").read_text().replace("\\\n", " ")
+    helper = re.compile(r"python -m scripts\.submit_job((?: +--[\w-]+(?: +(?!--)[^\s]+)?)*) +-- +")
+    assert "--submit" in "".join(m.group(1) for m in helper.finditer(text)), "README no longer uses the helper?"
+    return helper.sub("python -m ", text)
+
+
 def test_readme_names_only_things_that_exist():
-    text = (CLUSTER / "README.md").read_text()
+    text = _readme_text()
     paths = set(re.findall(r"(?<![\w/.-])((?:cluster|pipelines|train_jobs|serve_apps|eval_jobs|scripts|"
                            r"benchmarks|relate)/[\w./-]+\.(?:yaml|py|sh|md|json))", text))
     paths |= {"cluster/Dockerfile"} if "cluster/Dockerfile" in text else set()
@@ -376,7 +422,7 @@ def test_readme_job_commands_validate_against_their_configs():
 
     from relate.config import load_config
 
-    text = (CLUSTER / "README.md").read_text().replace("\\\n", " ")
+    text = _readme_text()
     commands = re.findall(r"python -m ([\w.]+)((?: +--(?:config|set) +[^\s]+)*)", text)
     assert {m for m, _ in commands} >= set(JOB_CONFIGS)
     for module, args in commands:

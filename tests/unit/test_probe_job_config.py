@@ -16,7 +16,7 @@ DEMO = CONFIGS / "triplet_probe_synthetic.yaml"
 def test_shipped_configs_validate():
     demo = load_config(TripletProbeConfig, DEMO)
     assert [m.name for m in demo.models] == ["pixels", "color_hist", "test_vit"]
-    assert demo.resources.num_cpus < 1  # fractional: two tasks share a 2-core machine
+    assert demo.task.resources.num_cpus < 1  # fractional: two tasks share a 2-core machine
     full = load_config(TripletProbeConfig, CONFIGS / "triplet_probe.yaml")
     from relate.zoo import zoo_names
 

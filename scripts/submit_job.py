@@ -1,0 +1,124 @@
+"""Submit a project job to a Ray cluster with a readable submission id and metadata.
+
+    python -m scripts.submit_job [--address URL] [--runtime-env FILE] [--submit] -- \\
+        pipelines.annotate --config pipelines/configs/annotate_gpu.yaml --set out_dir=/mnt/shared/annotated
+
+The job's config is loaded and validated here first (a typo fails before anything is uploaded).
+The submission id is the job's run name (``relate.jobinfo.run_name``: ``annotate-annotated``) plus
+a UTC timestamp; the metadata records the job, config file, overrides, git commit and user. The
+dashboard's Jobs page lists both, and ``JobSubmissionClient.get_job_info(id).metadata`` returns them.
+
+Without ``--submit`` it prints the equivalent ``ray job submit`` command line (copy, review, run);
+with ``--submit`` it submits through ``JobSubmissionClient`` (what ``ray job submit`` calls) and
+prints the submission id; follow it with ``ray job logs -f <id>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from relate.config import load_config
+from relate.jobinfo import config_label, job_metadata, run_name, submission_id
+
+__all__ = ["JOBS", "Submission", "build_submission", "ray_job_submit_argv", "main"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+# module -> (config class, short job name used in run names)
+JOBS: dict[str, tuple[str, str]] = {
+    "pipelines.synthetic": ("SyntheticJobConfig", "synthetic"),
+    "pipelines.annotate": ("AnnotateConfig", "annotate"),
+    "train_jobs.train_relation": ("TrainRelationConfig", "train"),
+    "eval_jobs.ovsgg": ("OVSGGConfig", "ovsgg"),
+    "eval_jobs.judge": ("JudgeJobConfig", "judge"),
+    "eval_jobs.triplet_probe": ("TripletProbeConfig", "probe"),
+}
+
+
+@dataclass
+class Submission:
+    """Everything ``ray job submit`` needs, built from the job's own config."""
+
+    submission_id: str
+    entrypoint: str
+    metadata: dict[str, str]
+    runtime_env: str | None = None
+    argv: list[str] = field(default_factory=list)
+
+
+def _split_job_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    args, rest = ap.parse_known_args(list(argv))
+    if rest:
+        raise ValueError(f"unexpected job arguments {rest}; jobs take --config FILE and --set KEY=VALUE only")
+    return args.config, args.overrides
+
+
+def build_submission(module: str, job_argv: Sequence[str], runtime_env: str | None = "cluster/runtime_env.yaml",
+                     python: str = "python", repo: str | Path = REPO) -> Submission:
+    """Validate the job's config, then name it and describe it for the job API."""
+    if module not in JOBS:
+        raise ValueError(f"unknown job module {module!r}; valid: {sorted(JOBS)}")
+    cls_name, short = JOBS[module]
+    config, overrides = _split_job_args(job_argv)
+    cls = getattr(importlib.import_module(module), cls_name)
+    cfg = load_config(cls, Path(repo) / config if config and not Path(config).is_absolute() else config, overrides)
+    name = run_name(short, config_label(cfg))
+    entry = " ".join(shlex.quote(a) for a in [python, "-m", module, *job_argv])
+    meta = job_metadata(module, config, overrides, repo=repo, run=name)
+    return Submission(submission_id(name), entry, meta, runtime_env, [module, *job_argv])
+
+
+def ray_job_submit_argv(sub: Submission, address: str | None = None) -> list[str]:
+    """The ``ray job submit`` command line for ``sub`` (as a list; ``shlex.join`` it to print)."""
+    argv = ["ray", "job", "submit"] + (["--address", address] if address else [])
+    argv += ["--submission-id", sub.submission_id, "--metadata-json", json.dumps(sub.metadata, sort_keys=True)]
+    if sub.runtime_env:
+        argv += ["--runtime-env", sub.runtime_env]
+    return argv + ["--", *shlex.split(sub.entrypoint)]
+
+
+def submit(sub: Submission, address: str | None = None) -> str:
+    """Submit through the job API; returns the submission id."""
+    import yaml
+    from ray.job_submission import JobSubmissionClient
+
+    env = yaml.safe_load((REPO / sub.runtime_env).read_text()) if sub.runtime_env else None
+    client = JobSubmissionClient(address)
+    return client.submit_job(entrypoint=sub.entrypoint, submission_id=sub.submission_id, metadata=sub.metadata,
+                             runtime_env=env)
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        raise SystemExit("usage: python -m scripts.submit_job [options] -- <job module> [--config FILE] [--set K=V ...]")
+    cut = argv.index("--")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--address", default=None, help="dashboard address (default: RAY_ADDRESS)")
+    ap.add_argument("--runtime-env", default="cluster/runtime_env.yaml", help="runtime_env YAML ('' for none)")
+    ap.add_argument("--submit", action="store_true", help="submit now instead of printing the command")
+    opts = ap.parse_args(argv[:cut])
+    if cut + 1 >= len(argv):
+        raise SystemExit("no job module after --")
+    sub = build_submission(argv[cut + 1], argv[cut + 2:], runtime_env=opts.runtime_env or None)
+    if not opts.submit:
+        line = shlex.join(ray_job_submit_argv(sub, opts.address))
+        print(line)
+        return line
+    job_id = submit(sub, opts.address)
+    print(f"submitted {job_id}; follow with: ray job logs -f {job_id}")
+    return job_id
+
+
+if __name__ == "__main__":
+    main()
