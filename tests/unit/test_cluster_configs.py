@@ -386,10 +386,11 @@ def test_rayservice_embeds_the_serve_config_verbatim():
 
 # ----------------------------------------------------------------------------- README
 
-def _readme_text() -> str:
-    """cluster/README.md with continuation lines joined and each `python -m scripts.submit_job [opts] --
-    <job> ...` rewritten as the `python -m <job> ...` it submits (so both forms are checked alike)."""
-    text = (CLUSTER / "README.md").read_text().replace("\\\n", " ")
+def _readme_text(path: Path | None = None) -> str:
+    """cluster/README.md (or ``path``) with continuation lines joined and each `python -m
+    scripts.submit_job [opts] -- <job> ...` rewritten as the `python -m <job> ...` it submits (so
+    both forms are checked alike)."""
+    text = (path or CLUSTER / "README.md").read_text().replace("\\\n", " ")
     helper = re.compile(r"python -m scripts\.submit_job((?: +--[\w-]+(?: +(?!--)[^\s]+)?)*) +-- +")
     assert "--submit" in "".join(m.group(1) for m in helper.finditer(text)), "README no longer uses the helper?"
     return helper.sub("python -m ", text)
@@ -431,3 +432,26 @@ def test_readme_job_commands_validate_against_their_configs():
         overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
         mod, cls = JOB_CONFIGS[module].split(":")
         load_config(getattr(importlib.import_module(mod), cls), REPO / config if config else None, overrides)
+
+
+def test_top_readme_cluster_section_commands_validate():
+    """The top-level README's cluster section is checked like cluster/README.md: its job commands
+    (plain and through submit_job) load as their configs and the files it names exist."""
+    import importlib
+
+    from relate.config import load_config
+
+    text = _readme_text(REPO / "README.md")
+    section = text[text.index("## On a cluster and on GPUs"):]
+    section = section[: section.index("\n## ", 3)]
+    commands = re.findall(r"python -m ([\w.]+)((?: +--(?:config|set) +[^\s]+)*)", section)
+    assert {"pipelines.annotate", "train_jobs.train_relation"} <= {m for m, _ in commands}
+    for module, args in commands:
+        if module not in JOB_CONFIGS:
+            continue
+        argv = shlex.split(args)
+        mod, cls = JOB_CONFIGS[module].split(":")
+        load_config(getattr(importlib.import_module(mod), cls), REPO / argv[argv.index("--config") + 1],
+                    [argv[i + 1] for i, a in enumerate(argv) if a == "--set"])
+    for path in re.findall(r"`((?:cluster|pipelines|train_jobs|serve_apps|scripts)/[\w./-]+)`", section):
+        assert (REPO / path).exists(), f"README's cluster section names a missing file: {path}"
