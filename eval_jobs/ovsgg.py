@@ -75,8 +75,27 @@ class SystemSpec(StrictConfig):
     predictions: dict[str, str] = Field(default_factory=dict, description="benchmark name -> predictions Parquet")
     a5: float | None = Field(default=None, ge=0, description="A5 from its own job: judged bits per image "
                              "divided by the annotation's bits (enters the composite when present)")
+    a5_from: str | None = Field(default=None, description="a judge run (eval_jobs.judge output folder or its "
+                                "result.json) to read this system's A5 from; exclusive with a5")
     train_corpus: str | None = Field(default=None, description="CORPUS_SCHEMA Parquet of this system's "
                                      "training data, for the shared triplet mass beside its A1 cells")
+
+    @model_validator(mode="after")
+    def _one_a5(self) -> "SystemSpec":
+        if self.a5 is not None and self.a5_from is not None:
+            raise ValueError(f"system {self.name!r}: set a5 or a5_from, not both")
+        return self
+
+    def resolve_a5(self) -> float | None:
+        """A5 given inline, read from a judge run (null when the judge left it unscored), or None."""
+        if self.a5_from is None:
+            return self.a5
+        from eval_jobs.judge import load_a5
+
+        p = Path(self.a5_from)
+        if not (p / "result.json" if p.is_dir() else p).is_file():
+            raise FileNotFoundError(f"system {self.name!r}: a5_from={self.a5_from!r} has no judge result.json")
+        return load_a5(p, self.name)
 
 
 class InferenceSpec(StrictConfig):
@@ -343,6 +362,7 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "config.yaml")
+    a5 = {s.name: s.resolve_a5() for s in cfg.systems}  # a bad judge path fails before any work
     stages = _Stages(cfg)
     benches = {b.name: stages.submit("read", b.name, b) for b in cfg.benchmarks}
     specs = {b.name: b for b in cfg.benchmarks}
@@ -360,7 +380,7 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
     systems: dict[str, dict] = {}
     for s in cfg.systems:
         cells = [done[(s.name, b.name)] for b in cfg.benchmarks if (s.name, b.name) in done]
-        axes = axis_scores(cells, s.a5, cfg.headline_k)
+        axes = axis_scores(cells, a5[s.name], cfg.headline_k)
         normed = {a: v["norm"] for a, v in axes.items() if v["norm"] is not None and a != "A3"}
         comp = composite(normed).to_dict() if normed else None
         systems[s.name] = {"cells": {c["benchmark"]: c for c in cells}, "axes": axes, "composite": comp}
