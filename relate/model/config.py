@@ -66,6 +66,8 @@ class RelationModelConfig(StrictConfig):
     tau_init: float = Field(10.0, gt=0, description="initial logit scale tau of Eq. 2")
     beta_init: float = Field(-2.0, description="initial logit bias beta of Eq. 2")
     pair_weight: float = Field(1.0, ge=0, description="w in Eq. 6: weight of the relatedness logit in the score")
+    occlusion_cue: bool = Field(False, description="add the explicit overlap-agreement feature of "
+                                "relate.model.occlusion (not in the paper; for backbones trained from scratch)")
     deformable: DeformableConfig = Field(default_factory=DeformableConfig, description="App. A.2 scene read")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="§ 3.2 two-stage pair sampler")
 

@@ -19,6 +19,7 @@ from relate.model.backbone import Preprocessing, create_backbone
 from relate.model.branches import BranchScores, TwoBranchHead
 from relate.model.config import RelationModelConfig
 from relate.model.deformable import DeformableRead
+from relate.model.occlusion import OcclusionCue
 from relate.model.pair_head import PairEncoder, PairTransformer, geometry_features, scene_tokens
 from relate.model.pooling import PairRegionPool, gather_pairs
 from relate.model.queries import RegionQueryPool
@@ -79,6 +80,7 @@ class RelationModel(nn.Module):
         self.pair_enc = PairEncoder(d, cfg.geometry_hidden, cfg.dropout)
         self.pair_tf = PairTransformer(d, cfg.heads, cfg.pair_layers, cfg.joint_layers, cfg.fourier_bands, cfg.dropout)
         self.deformable = DeformableRead(d, cfg.deformable) if cfg.deformable.enabled else None
+        self.occlusion = OcclusionCue(d) if cfg.occlusion_cue else None
         self.head = TwoBranchHead(d, cfg.text_dim, cfg.gate_hidden, cfg.tau_init, cfg.beta_init, cfg.dropout)
         self.grounding = nn.Linear(d, cfg.text_dim)
 
@@ -116,6 +118,8 @@ class RelationModel(nn.Module):
         v_u, v_c = self.pair_pool(tokens, grid, boxes_n, sampled.pairs, masks)
         x = self.pair_enc(v_s, v_o, v_u, v_c, g)
         bs, bo = gather_pairs(boxes_n, sampled.pairs)
+        if self.occlusion is not None:
+            x = x + self.occlusion(tokens, grid, bs, bo)
         x = self.pair_tf(x, scene_tokens(fmap, self.cfg.scene_grid), bs, bo, ~sampled.valid)
         if self.deformable is not None:
             anchors = torch.stack([bs, bo, union_box(bs, bo), contact_box(bs, bo)], dim=-2)

@@ -1,0 +1,63 @@
+"""Occlusion cue: does the pair's overlap look like the subject's or the object's exclusive part?
+
+Where two regions overlap, the pixels belong to whichever is in front. Comparing the pooled
+overlap with the part of each box the other does not cover decides occlusion order (measured on
+the synthetic world: 0.76 from the patch tokens of a random-initialised ViT, 0.78 from raw
+pixels; chance is 0.5). That comparison is bilinear in the features, which the concatenation of
+Eq. 1 followed by linear layers learns only slowly, and a tiny backbone trained from scratch for
+minutes does not learn it at all (direction accuracy stayed at 0.51 on the synthetic world). This
+module computes it explicitly: cosine agreement of the overlap with each exclusive part, pooled
+by exact fractional cell coverage, embedded and added to the pair vector.
+
+It is not part of the paper's architecture (a pretrained DINOv3 is expected to carry occlusion
+in its tokens), so it is off in the released recipe and on in ``cpu_small``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["OcclusionCue", "cell_coverage", "occlusion_agreement"]
+
+# A region must cover at least this many token cells (summed fractional coverage) to be compared.
+MIN_CELLS = 0.25
+
+
+def cell_coverage(boxes: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """Normalised boxes (..., 4) -> (..., h * w) share of each token cell the box covers."""
+    h, w = grid
+    edges_y = torch.linspace(0, 1, h + 1, device=boxes.device, dtype=boxes.dtype)
+    edges_x = torch.linspace(0, 1, w + 1, device=boxes.device, dtype=boxes.dtype)
+    oy = (torch.minimum(boxes[..., 3:4], edges_y[1:]) - torch.maximum(boxes[..., 1:2], edges_y[:-1])).clamp(min=0) * h
+    ox = (torch.minimum(boxes[..., 2:3], edges_x[1:]) - torch.maximum(boxes[..., 0:1], edges_x[:-1])).clamp(min=0) * w
+    return (oy[..., :, None] * ox[..., None, :]).flatten(-2)
+
+
+def occlusion_agreement(tokens: torch.Tensor, grid: tuple[int, int], bs: torch.Tensor, bo: torch.Tensor
+                        ) -> torch.Tensor:
+    """tokens (B, T, d); normalised subject/object boxes (B, P, 4) -> (B, P, 4) features:
+    cos(overlap, subject only), cos(overlap, object only), their difference, and a validity flag
+    (0 where the boxes do not overlap or one lies inside the other, all features then 0)."""
+    inter = torch.cat([torch.maximum(bs[..., :2], bo[..., :2]), torch.minimum(bs[..., 2:], bo[..., 2:])], dim=-1)
+    inter = torch.cat([inter[..., :2], torch.maximum(inter[..., 2:], inter[..., :2])], dim=-1)  # empty, not inverted
+    c_i = cell_coverage(inter, grid)
+    weights = torch.stack([c_i, cell_coverage(bs, grid) - c_i, cell_coverage(bo, grid) - c_i], dim=-2).clamp(min=0)
+    mass = weights.sum(-1)  # (B, P, 3) cells covered by overlap, subject only, object only
+    pooled = torch.einsum("bprt,btd->bprd", weights, tokens) / mass.clamp(min=1e-6)[..., None]
+    valid = (mass >= MIN_CELLS).all(-1).to(tokens.dtype)
+    cs = F.cosine_similarity(pooled[..., 0, :], pooled[..., 1, :], dim=-1)
+    co = F.cosine_similarity(pooled[..., 0, :], pooled[..., 2, :], dim=-1)
+    return torch.stack([cs, co, cs - co, torch.ones_like(cs)], dim=-1) * valid[..., None]
+
+
+class OcclusionCue(nn.Module):
+    """Embeds the agreement features into the pair width d (added to x_ij)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.embed = nn.Sequential(nn.Linear(4, dim), nn.GELU(), nn.Linear(dim, dim))
+
+    def forward(self, tokens: torch.Tensor, grid: tuple[int, int], bs: torch.Tensor, bo: torch.Tensor) -> torch.Tensor:
+        return self.embed(occlusion_agreement(tokens, grid, bs, bo))

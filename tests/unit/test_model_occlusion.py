@@ -1,0 +1,48 @@
+"""The explicit occlusion cue: exact cell coverage and the overlap-agreement features."""
+
+from __future__ import annotations
+
+import torch
+
+from relate.model.occlusion import OcclusionCue, cell_coverage, occlusion_agreement
+
+
+def test_cell_coverage_is_exact_fractional_area():
+    box = torch.tensor([0.1, 0.25, 0.6, 0.5])
+    cov = cell_coverage(box, (4, 5)).view(4, 5)
+    # total coverage in cells equals the box area in cell units
+    assert torch.isclose(cov.sum(), torch.tensor(0.5 * 0.25 * 20))
+    assert torch.isclose(cov[1, 1], torch.tensor(1.0)) and torch.isclose(cov[1, 0], torch.tensor(0.5))
+    assert cov[0].sum() == 0 and cov[3].sum() == 0
+    assert cell_coverage(torch.tensor([0.3, 0.3, 0.3, 0.6]), (4, 4)).sum() == 0  # zero-width box
+
+
+def _scene(front: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A 4x4 token map: box A covers columns 0-2, box B columns 1-3; the shared columns 1-2 carry
+    the front box's feature, the rest each box's own (orthogonal) feature."""
+    a, b = torch.tensor([1.0, 0, 0]), torch.tensor([0, 1.0, 0])
+    tokens = torch.zeros(4, 4, 3)
+    tokens[:, 0], tokens[:, 3] = a, b
+    tokens[:, 1:3] = a if front == "a" else b
+    box_a, box_b = torch.tensor([0.0, 0.0, 0.75, 1.0]), torch.tensor([0.25, 0.0, 1.0, 1.0])
+    return tokens.view(1, 16, 3), box_a.view(1, 1, 4), box_b.view(1, 1, 4)
+
+
+def test_agreement_says_which_box_the_overlap_belongs_to_and_flips_with_order():
+    for front, sign in (("a", 1.0), ("b", -1.0)):
+        tokens, box_a, box_b = _scene(front)
+        f_ab = occlusion_agreement(tokens, (4, 4), box_a, box_b)[0, 0]
+        f_ba = occlusion_agreement(tokens, (4, 4), box_b, box_a)[0, 0]
+        assert f_ab[3] == 1 and torch.sign(f_ab[2]) == sign and torch.isclose(f_ab[2].abs(), torch.tensor(1.0))
+        assert torch.allclose(f_ba[:2], f_ab[:2].flip(0)) and torch.isclose(f_ba[2], -f_ab[2])
+
+
+def test_no_overlap_or_containment_gives_invalid_zero_features():
+    tokens = torch.randn(1, 16, 3)
+    left, right = torch.tensor([[[0.0, 0.0, 0.4, 1.0]]]), torch.tensor([[[0.6, 0.0, 1.0, 1.0]]])
+    outer, inner = torch.tensor([[[0.0, 0.0, 1.0, 1.0]]]), torch.tensor([[[0.25, 0.25, 0.75, 0.75]]])
+    assert occlusion_agreement(tokens, (4, 4), left, right).abs().sum() == 0
+    assert occlusion_agreement(tokens, (4, 4), inner, outer).abs().sum() == 0  # nothing of inner is exclusive
+    cue = OcclusionCue(8)
+    out = cue(tokens, (4, 4), torch.cat([left, outer], 1), torch.cat([right, inner], 1))
+    assert out.shape == (1, 2, 8) and torch.isfinite(out).all()
