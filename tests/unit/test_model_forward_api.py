@@ -214,7 +214,7 @@ def test_fused_inference_scoring_equals_the_training_path(model):
     torch.testing.assert_close(fast.logits, slow.logits.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fast.mixed, slow.mixed.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.cos_spa, slow.cos_spa.detach(), rtol=1e-5, atol=1e-6)
-    assert model.head.scoring_matrix(bank).shape == (7, 2 * D)
+    assert model.head.scoring_matrix(bank).shape == (2 * D, 7) and model.head.scoring_matrix(bank).is_contiguous()
 
 
 def test_partial_sort_matches_a_full_stable_sort():
