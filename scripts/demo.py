@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -47,14 +48,39 @@ def stage_annotate() -> None:
     main(cfg)
 
 
+def _follow(path: Path, done: threading.Event) -> None:
+    """Print lines appended to ``path`` until ``done`` is set (and once more after)."""
+    pos = 0
+    while True:
+        finished = done.wait(2.0)
+        if path.is_file():
+            with path.open() as fh:
+                fh.seek(pos)
+                for line in fh:
+                    print("  " + line.rstrip(), flush=True)
+                pos = fh.tell()
+        if finished:
+            return
+
+
 def stage_train(steps: int) -> str:
     from relate.config import load_config
-    from train_jobs.train_relation import TrainRelationConfig, main
+    from train_jobs.train_relation import TrainRelationConfig, main, progress_file
 
     cfg = load_config(TrainRelationConfig, ROOT / "train_jobs/configs/cpu_small.yaml",
                       [f"data.corpus_root={RUN / 'annotated'}", f"optim.max_steps={steps}",
                        f"run.storage_path={RUN / 'train'}", "run.name=cpu_small"])
-    res = main(cfg)
+    # worker logs are not forwarded here (log_to_driver=False): follow rank 0's progress file
+    progress = Path(progress_file(str(RUN / "train"), "cpu_small"))
+    progress.unlink(missing_ok=True)
+    done = threading.Event()
+    follower = threading.Thread(target=_follow, args=(progress, done), daemon=True)
+    follower.start()
+    try:
+        res = main(cfg)
+    finally:
+        done.set()
+        follower.join(timeout=5)
     if res.checkpoint is None:
         raise RuntimeError("training finished without a checkpoint")
     (RUN / "train" / "LATEST").write_text(res.checkpoint)

@@ -35,7 +35,7 @@ from relate.placement import ResourcesConfig, scaling_config_kwargs
 from train_jobs.relation_data import DataConfig, DecodeStage, build_space, evaluate_split
 
 __all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "main",
-           "resolve_storage_path"]
+           "resolve_storage_path", "progress_file"]
 
 # Rank 0's step lines go through a logger, not print: inside a Ray Train worker, print is patched
 # to log *and* echo to the captured stdout, so every printed line reached the job log twice.
@@ -257,6 +257,7 @@ def train_loop_per_worker(config: dict) -> None:
             runner.load_checkpoint(Path(d))
     shard = ray.train.get_dataset_shard("train")
     marker = Path(config["marker"]) if config["marker"] else None
+    progress = Path(config["progress"]) if config.get("progress") and runner.rank == 0 else None
     t_last = t_start = time.perf_counter()
     first = runner.step
     while runner.step < runner.total:
@@ -270,8 +271,12 @@ def train_loop_per_worker(config: dict) -> None:
             if runner.rank == 0 and runner.step % cfg.run.log_every == 0:
                 now = time.perf_counter()
                 eta = eta_seconds(runner.step - first, runner.total - first, now - t_start)
-                _say(f"step {runner.step}/{runner.total} loss {metrics['loss/total']:.4f} side {metrics['rung_side']} "
-                     f"compute {metrics['step_seconds']:.2f}s wall {now - t_last:.2f}s eta {format_seconds(eta)}")
+                line = (f"step {runner.step}/{runner.total} loss {metrics['loss/total']:.4f} side {metrics['rung_side']} "
+                        f"compute {metrics['step_seconds']:.2f}s wall {now - t_last:.2f}s eta {format_seconds(eta)}")
+                _say(line)
+                if progress is not None:  # readable by a driver that does not forward worker logs
+                    with progress.open("a") as fh:
+                        fh.write(line + "\n")
             t_last = time.perf_counter()
             if runner.step % cfg.run.checkpoint_every == 0 or last:
                 with tempfile.TemporaryDirectory() as tmp:
@@ -290,6 +295,11 @@ def resolve_storage_path(path: str) -> str:
     if _URI.match(path):
         return path
     return str(Path(path).expanduser().resolve())
+
+
+def progress_file(storage: str, name: str) -> str | None:
+    """Where rank 0 appends its step lines (local storage only): ``<storage>/<name>/progress.log``."""
+    return None if _URI.match(storage) else str(Path(storage) / name / "progress.log")
 
 
 def _drill_marker(storage: str, name: str) -> str | None:
@@ -327,7 +337,7 @@ def build_trainer(cfg: TrainRelationConfig):
         failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
         checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints))
     loop_cfg = {"cfg": cfg.model_dump(mode="json"), "space": space, "total_steps": int(total),
-                "marker": _drill_marker(storage, cfg.run.name)}
+                "marker": _drill_marker(storage, cfg.run.name), "progress": progress_file(storage, cfg.run.name)}
     scaling = scaling_config_kwargs(cfg.run.worker, cfg.run.num_workers)
     return TorchTrainer(
         train_loop_per_worker, train_loop_config=loop_cfg,

@@ -89,7 +89,7 @@ def test_training_rejects_gpu_fractions_and_drills_on_remote_storage():
 
 
 def test_storage_path_resolves_local_folders_and_keeps_uris(tmp_path, monkeypatch):
-    from train_jobs.train_relation import _drill_marker, resolve_storage_path
+    from train_jobs.train_relation import _drill_marker, progress_file, resolve_storage_path
 
     monkeypatch.chdir(tmp_path)
     assert resolve_storage_path("runs/ray_train") == str(tmp_path / "runs" / "ray_train")
@@ -97,7 +97,9 @@ def test_storage_path_resolves_local_folders_and_keeps_uris(tmp_path, monkeypatc
     for uri in ("s3://bucket/runs/ray_train", "gs://bucket/r", "abfss://c@acct.dfs.core.windows.net/r"):
         assert resolve_storage_path(uri) == uri  # Path(...).resolve() used to turn it into <cwd>/s3:/bucket/...
         assert _drill_marker(uri, "released") is None
+        assert progress_file(uri, "released") is None  # no local file to follow on remote storage
     assert _drill_marker(str(tmp_path), "mn") == str(tmp_path / "mn" / ".fault_drill_done")
+    assert progress_file(str(tmp_path), "mn") == str(tmp_path / "mn" / "progress.log")
 
 
 def test_eval_jobs_take_resources_from_config():
