@@ -82,6 +82,8 @@ class DetectorActor:
         import torch
 
         queries = [q.strip() for q in (queries or self.cfg.queries)]
+        if not image.flags.writeable:  # decoded images are often read-only views; torch warns on those
+            image = np.array(image)
         thr = self.cfg.threshold if threshold is None else float(threshold)
         cap = self.cfg.max_boxes if max_boxes is None else int(max_boxes)
         h, w = image.shape[:2]

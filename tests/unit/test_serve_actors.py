@@ -31,6 +31,13 @@ def test_detector_threshold_and_cap(owl_dir):
     assert len(det.detect(img, ["cup"], max_boxes=2)) <= 2
     out = det({"image": [img, img]})  # Ray Data batch form
     assert len(out["detections"]) == 2 and out["detections"][0] == det.detect(img)
+    frozen = img.copy()
+    frozen.flags.writeable = False  # what np.frombuffer / Arrow-backed decodes hand over
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns on non-writable arrays
+        assert det.detect(frozen, ["cup", "person"]) == det.detect(img, ["cup", "person"])
 
 
 def test_detector_none_mode_refuses():
