@@ -246,7 +246,7 @@ class _Builder:
     def _related(self) -> set[frozenset[int]]:
         return {frozenset((s, o)) for s, o, _ in self.rels}
 
-    def derived(self) -> None:
+    def derived(self, shapes: list[np.ndarray]) -> None:
         """Depth, spatial, proximity and appearance relations among whole (non-part) objects."""
         whole = [i for i, o in enumerate(self.objs) if not o.is_body_part]
         if len(whole) < 2:
@@ -256,7 +256,7 @@ class _Builder:
         inter = G.intersection_area(boxes[:, None], boxes[None])
         areas = G.area(boxes)
         cover = inter / np.maximum(areas[:, None], 1e-6)
-        masks = [_shape_mask(self.objs[i], self.w, self.h) for i in whole]
+        masks = [shapes[i] for i in whole]
         # Depth: objects whose drawn shapes overlap visibly, in either stacking order; the order is
         # random (pixel-only). Overlapping boxes whose shapes barely touch would be unreadable labels.
         for a in range(len(whole)):
@@ -393,14 +393,15 @@ _SHADOW_MIN_PX = 3
 _SHADOW_DARKEN = 0.45
 
 
-def _render(objs: list[_Obj], rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+def _render(objs: list[_Obj], shapes: list[np.ndarray], rng: np.random.Generator, w: int, h: int) -> np.ndarray:
     """Draw objects back to front; each casts a shadow on the objects behind it, a monocular depth
     cue that sits inside the occluded object's box while the front object's own shape stays whole."""
     canvas = Image.fromarray(_background(rng, w, h))
     covered = np.zeros((h, w), dtype=bool)
-    for o in sorted(objs, key=lambda o: o.z):
+    for k in sorted(range(len(objs)), key=lambda k: objs[k].z):
+        o = objs[k]
         rgb = _rgb(rng, o.colour)
-        mask = _shape_mask(o, w, h)
+        mask = shapes[k]
         if covered.any():
             side = min(o.box[2] - o.box[0], o.box[3] - o.box[1])
             d = int(max(_SHADOW_MIN_PX, round(_SHADOW_OFFSET * side)))
@@ -445,9 +446,10 @@ def make_scene(index: int, cfg: SyntheticConfig) -> Scene:
         b.touching()
     for k, o in enumerate(b.objs):  # strict drawing order: equal depths would make occlusion ambiguous
         o.z += k * 1e-6
-    b.derived()
+    shapes = [_shape_mask(o, w, h) for o in b.objs]  # drawn once: depth labels and shadows share them
+    b.derived(shapes)
 
-    canvas = _render(b.objs, rng, w, h)
+    canvas = _render(b.objs, shapes, rng, w, h)
     image_id = f"synth-{cfg.seed}-{index:07d}"
     boxes = [dict(x1=float(o.box[0]), y1=float(o.box[1]), x2=float(o.box[2]), y2=float(o.box[3]),
                   category=o.category, is_person=o.is_person, is_body_part=o.is_body_part) for o in b.objs]
