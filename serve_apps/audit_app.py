@@ -61,8 +61,17 @@ class _Undo(BaseModel):
     auditor: str = Field(..., description="Auditor whose latest verdict is withdrawn.")
 
 
-def _image_index(corpus_root: str, image_ids: set[str], table) -> dict[str, dict[str, Any]]:
-    """image_id -> local path and boxes, for the batch's images only (checked at start-up)."""
+def _display_size(size: tuple[int, int], side: int) -> tuple[int, int]:
+    """Size of an image of ``size`` once scaled so its longer side is ``side`` (what the page shows)."""
+    scale = side / max(size)
+    return max(1, round(size[0] * scale)), max(1, round(size[1] * scale))
+
+
+def _image_index(corpus_root: str, image_ids: set[str], table, side: int) -> dict[str, dict[str, Any]]:
+    """image_id -> local path, boxes and display size, for the batch's images only (checked at start-up).
+
+    The display size goes to the page with each item, so the picture's box is laid out before the
+    picture arrives and the buttons beside it never move under the auditor's pointer."""
     root = corpus_dir(corpus_root).parent
     out: dict[str, dict[str, Any]] = {}
     for row in table.select(["image_id", "uri", "boxes"]).to_pylist():
@@ -73,7 +82,9 @@ def _image_index(corpus_root: str, image_ids: set[str], table) -> dict[str, dict
         if not path.is_file():
             raise FileNotFoundError(f"image {row['image_id']!r}: {row['uri']!r} is not a local file; "
                                     "the audit app serves local corpora only")
-        out[row["image_id"]] = {"path": path, "boxes": row["boxes"]}
+        with Image.open(path) as im:  # reads the header only
+            display = _display_size(im.size, side)
+        out[row["image_id"]] = {"path": path, "boxes": row["boxes"], "display": display}
     return out
 
 
@@ -81,7 +92,7 @@ def _render(path: Path, boxes: list[dict], subject: int, obj: int, side: int) ->
     """PNG of the image scaled to ``side`` with the subject and object boxes and S/O tags."""
     img = Image.open(path).convert("RGB")
     scale = side / max(img.size)
-    img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BICUBIC)
+    img = img.resize(_display_size(img.size, side), Image.BICUBIC)
     draw = ImageDraw.Draw(img)
     width = max(2, side // 160)
     font = ImageFont.load_default(size=max(12, side // 28))
@@ -102,7 +113,9 @@ def _render(path: Path, boxes: list[dict], subject: int, obj: int, side: int) ->
 def _view(item: dict[str, Any], images: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """What the page may see of an item (no pass, gate or stratum: the audit is blind)."""
     boxes = images[item["image_id"]]["boxes"]
+    width, height = images[item["image_id"]]["display"]
     return {"item_id": item["item_id"], "position": item["position"], "predicate": item["predicate"],
+            "display": {"width": width, "height": height},
             "subject": {"index": item["subject"], "category": boxes[item["subject"]]["category"]},
             "object": {"index": item["object"], "category": boxes[item["object"]]["category"]}}
 
@@ -112,7 +125,8 @@ def make_audit_app(cfg: AuditAppConfig) -> FastAPI:
     batch = load_audit_batch(cfg.batch)
     corpus = read_corpus(cfg.corpus)
     corpus_strata = verify_batch(batch, corpus)
-    images = _image_index(cfg.corpus, set(batch.items.column("image_id").to_pylist()), corpus)
+    images = _image_index(cfg.corpus, set(batch.items.column("image_id").to_pylist()), corpus,
+                          cfg.display_side)
     store = open_verdict_store(cfg.db, batch)
     app = FastAPI(title="Relation audit", version="1")
     app.state.store = store

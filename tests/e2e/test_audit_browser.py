@@ -95,12 +95,33 @@ def _shown(page) -> str:
     return page.locator("#relation").get_attribute("data-item-id")
 
 
-def _wait(page, judged: int, item: str | None = None) -> None:
-    page.wait_for_function("n => document.getElementById('progress-text').textContent.startsWith(n + ' /')",
-                           arg=judged, timeout=10_000)
+WAIT_MS = 30_000  # generous: the first run on a fresh CI machine shares the disk with a 6 GB install
+
+
+def _until(page, server: _Server, js: str, arg, what: str) -> None:
+    """Wait for ``js`` to hold; on timeout fail with what the page and the server said."""
+    try:
+        page.wait_for_function(js, arg=arg, timeout=WAIT_MS)
+    except sync_api.TimeoutError:
+        status = page.locator("#status").text_content()
+        progress = page.locator("#progress-text").text_content()
+        raise AssertionError(f"page never showed {what}: progress {progress!r}, status {status!r}, "
+                             f"server log: {server.log.read_text()[-1500:]!r}") from None
+
+
+def _wait(page, server: _Server, judged: int, item: str | None = None) -> None:
+    """Progress reads ``judged``, the item shown is ``item`` (if given) and its picture has loaded:
+    an auditor looks before judging, and the test acts only on a settled page."""
+    _until(page, server, "n => document.getElementById('progress-text').textContent.startsWith(n + ' /')",
+           judged, f"{judged} judged")
     if item is not None:
-        page.wait_for_function("id => document.getElementById('relation').dataset.itemId === id", arg=item,
-                               timeout=10_000)
+        _until(page, server, "id => document.getElementById('relation').dataset.itemId === id", item,
+               f"item {item}")
+    _until(page, server, """() => {
+        const main = document.getElementById('relation'), img = document.getElementById('scene');
+        return main.hidden || (img.complete && img.naturalWidth > 0 &&
+               img.src.endsWith(encodeURIComponent(main.dataset.itemId)));
+    }""", None, "the item's picture")
 
 
 def _wilson(k: int, n: int, z: float) -> list[float]:
@@ -147,14 +168,14 @@ def _drive(page, server: _Server, rec: dict[str, dict[str, str]]) -> None:
     page.goto(f"http://127.0.0.1:{server.port}/")
     page.fill("#auditor", "alice")
     page.press("#auditor", "Enter")
-    _wait(page, 0)
+    _wait(page, server, 0)
     order = []
 
     def act(what: str, judged: int, verdict: str, click: bool = False) -> None:
         rec["alice"][_shown(page)] = verdict
         order.append(_shown(page))
         page.click(what) if click else page.keyboard.press(what)
-        _wait(page, judged)
+        _wait(page, server, judged)
 
     act("#btn-true", 1, "true", click=True)
     act("f", 2, "false")
@@ -162,21 +183,21 @@ def _drive(page, server: _Server, rec: dict[str, dict[str, str]]) -> None:
     d = _shown(page)
     act("#btn-false", 4, "false", click=True)
     page.keyboard.press("z")                      # undo by key: D comes back
-    _wait(page, 3, d)
+    _wait(page, server, 3, d)
     act("t", 4, "true")
     page.keyboard.press("Backspace")              # undo by the other key
-    _wait(page, 3, d)
+    _wait(page, server, 3, d)
     act("#btn-false", 4, "false", click=True)
     page.click("#btn-unsure")                     # a verdict, then undo by mouse
-    _wait(page, 5)
+    _wait(page, server, 5)
     page.click("#btn-undo")
-    _wait(page, 4)
+    _wait(page, server, 4)
     next_item = _shown(page)
 
     server.kill()                                 # the server dies midway ...
     server.start()                                # ... and comes back on the same files
     page.reload()                                 # the name comes back from localStorage
-    _wait(page, 4, next_item)
+    _wait(page, server, 4, next_item)
     assert page.input_value("#auditor") == "alice"
     act("t", 5, "true")
     act("#btn-true", 6, "true", click=True)
@@ -184,14 +205,16 @@ def _drive(page, server: _Server, rec: dict[str, dict[str, str]]) -> None:
 
     page.fill("#auditor", "bob")                  # a second person on the same batch
     page.press("#auditor", "Enter")
-    _wait(page, 0, order[0])
+    _wait(page, server, 0, order[0])
     for n, (key, verdict) in enumerate([("t", "true"), ("f", "false"), ("t", "true"), ("f", "false"),
                                         ("f", "false")], start=1):
         rec["bob"][_shown(page)] = verdict
         page.keyboard.press(key)
-        _wait(page, n)
-    page.wait_for_function("document.getElementById('scene').complete && "
-                           "document.getElementById('scene').naturalWidth > 0")
+        _wait(page, server, n)
+    # The picture's box was laid out from the item's display size before the picture came: same size.
+    scene = page.locator("#scene")
+    assert [int(scene.get_attribute("width")), int(scene.get_attribute("height"))] \
+        == page.evaluate("[document.getElementById('scene').naturalWidth, document.getElementById('scene').naturalHeight]")
 
 
 def _check(report: dict, hand: dict) -> None:

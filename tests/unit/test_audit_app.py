@@ -58,7 +58,10 @@ def test_audit_flow_over_http(setup):
     ids = batch.items.column("item_id").to_pylist()
     first = client.get("/api/next", params={"auditor": "ann"}).json()
     assert first["item"]["item_id"] == ids[0] and first["progress"]["judged"] == 0
-    assert set(first["item"]) == {"item_id", "position", "predicate", "subject", "object"}  # blind: no pass/gate
+    assert set(first["item"]) == {"item_id", "position", "predicate", "subject", "object", "display"}  # blind: no pass/gate
+    png = Image.open(io.BytesIO(client.get("/api/image", params={"item_id": ids[0]}).content))
+    assert [first["item"]["display"]["width"], first["item"]["display"]["height"]] == list(png.size)  # laid out ahead
+    assert max(png.size) == cfg.display_side
     r = client.post("/api/verdict", json={"auditor": "ann", "item_id": ids[0], "verdict": "true"}).json()
     assert r["item"]["item_id"] == ids[1] and r["progress"]["counts"]["true"] == 1
     client.post("/api/verdict", json={"auditor": "ann", "item_id": ids[1], "verdict": "false"})

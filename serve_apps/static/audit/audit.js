@@ -45,6 +45,9 @@
     $("object-name").textContent = item.object.category || "object";
     $("predicate").textContent = item.predicate;
     $("item-tag").textContent = `item ${item.position + 1}: ${item.item_id}`;
+    // Size the picture's box before the picture arrives, so nothing moves when it does.
+    $("scene").width = item.display.width;
+    $("scene").height = item.display.height;
     $("scene").src = "/api/image?item_id=" + encodeURIComponent(item.item_id);
     main.dataset.itemId = item.item_id;
     main.hidden = false;
