@@ -16,7 +16,7 @@ from torch import nn
 
 from relate.geometry import contact_box, union_box
 from relate.model.backbone import Preprocessing, create_backbone
-from relate.model.branches import BranchScores, TwoBranchHead
+from relate.model.branches import BranchScores, ScoringMatrix, TwoBranchHead
 from relate.model.config import RelationModelConfig
 from relate.model.deformable import DeformableRead
 from relate.model.occlusion import OcclusionCue
@@ -97,7 +97,7 @@ class RelationModel(nn.Module):
 
     def forward(self, images: torch.Tensor, boxes: torch.Tensor, box_valid: torch.Tensor, bank: torch.Tensor,
                 alpha: torch.Tensor | None = None, masks: torch.Tensor | None = None,
-                force: torch.Tensor | None = None, scoring: torch.Tensor | None = None) -> RelationOutput:
+                force: torch.Tensor | None = None, scoring: ScoringMatrix | None = None) -> RelationOutput:
         """images (B, 3, H, W) in [0, 1]; boxes (B, N, 4) pixels; box_valid (B, N); bank (V, text_dim);
         ``alpha`` and ``scoring`` (``head.scoring_matrix``) are per-vocabulary caches."""
         _check_inputs(images, boxes, box_valid, bank, self.cfg.text_dim)

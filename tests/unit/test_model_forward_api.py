@@ -214,7 +214,8 @@ def test_fused_inference_scoring_equals_the_training_path(model):
     torch.testing.assert_close(fast.logits, slow.logits.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fast.mixed, slow.mixed.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.cos_spa, slow.cos_spa.detach(), rtol=1e-5, atol=1e-6)
-    assert model.head.scoring_matrix(bank).shape == (2 * D, 7) and model.head.scoring_matrix(bank).is_contiguous()
+    sm = model.head.scoring_matrix(bank)
+    assert sm.weight_t.shape == (2 * D, 7) and sm.weight_t.is_contiguous() and sm.num_predicates == 7
 
 
 def test_partial_sort_matches_a_full_stable_sort():
@@ -282,3 +283,33 @@ def test_ddp_with_unused_parameter_search_reaches_every_head_parameter(tmp_path)
         assert raw.head.beta.grad is not None and raw.head.log_tau.grad is not None
     finally:
         dist.destroy_process_group()
+
+
+def test_packed_cpu_scoring_equals_the_blas_product(model):
+    """On CPU the cached vocabulary is also packed for oneDNN's linear; its logits must equal the
+    plain BLAS product (same fp32 values up to summation order) for any number of pairs."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    bank = torch.from_numpy(random_bank([f"p{i}" for i in range(37)]).matrix)
+    packed, plain = model.head.scoring_matrix(bank), model.head.scoring_matrix(bank, pack=False)
+    assert packed.packed is not None and plain.packed is None
+    beta = torch.tensor(-1.5)
+    for rows in (1, 5, 128, 300):
+        z = torch.randn(rows, 2 * D) * 10
+        expect = z.double() @ plain.weight_t.double() - 1.5
+        got, blas = packed.logits(z, beta), plain.logits(z, beta)
+        assert got.shape == (rows, 37)
+        torch.testing.assert_close(got.double(), expect, rtol=0, atol=1e-4)
+        torch.testing.assert_close(got, blas, rtol=0, atol=1e-4)
+    z = torch.randn(2, 4, 2 * D)  # leading dims kept
+    assert packed.logits(z, beta).shape == (2, 4, 37)
+
+
+def test_scoring_matrix_mismatch_is_an_error(model):
+    images, boxes, valid = _batch()
+    bank = torch.from_numpy(random_bank(list("abcdefg")).matrix)
+    other = model.head.scoring_matrix(bank[:5])
+    with torch.no_grad(), pytest.raises(ValueError, match="5 predicates, bank has 7"):
+        model(images, boxes, valid, bank, scoring=other)
+    with torch.no_grad(), pytest.raises(TypeError, match="ScoringMatrix"):
+        model(images, boxes, valid, bank, scoring=other.weight_t)
