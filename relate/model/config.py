@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from relate.config import StrictConfig
 
@@ -66,10 +68,17 @@ class RelationModelConfig(StrictConfig):
     tau_init: float = Field(10.0, gt=0, description="initial logit scale tau of Eq. 2")
     beta_init: float = Field(-2.0, description="initial logit bias beta of Eq. 2")
     pair_weight: float = Field(1.0, ge=0, description="w in Eq. 6: weight of the relatedness logit in the score")
-    occlusion_cue: bool = Field(False, description="add the explicit overlap-agreement feature of "
-                                "relate.model.occlusion (not in the paper; for backbones trained from scratch)")
+    occlusion_cue: Literal["off", "tokens", "pixels"] = Field(
+        "off", description="add the explicit overlap-agreement feature of relate.model.occlusion, computed "
+        "from the patch tokens or the input pixels (not in the paper; for backbones trained from scratch)")
+    occlusion_grid: int = Field(48, gt=0, description="cells a side the pixels are pooled to for occlusion_cue: pixels")
     deformable: DeformableConfig = Field(default_factory=DeformableConfig, description="App. A.2 scene read")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="§ 3.2 two-stage pair sampler")
+
+    @field_validator("occlusion_cue", mode="before")
+    @classmethod
+    def _cue_from_bool(cls, v):  # checkpoints written before the pixel source said true / false
+        return {True: "tokens", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "RelationModelConfig":

@@ -80,7 +80,7 @@ class RelationModel(nn.Module):
         self.pair_enc = PairEncoder(d, cfg.geometry_hidden, cfg.dropout)
         self.pair_tf = PairTransformer(d, cfg.heads, cfg.pair_layers, cfg.joint_layers, cfg.fourier_bands, cfg.dropout)
         self.deformable = DeformableRead(d, cfg.deformable) if cfg.deformable.enabled else None
-        self.occlusion = OcclusionCue(d) if cfg.occlusion_cue else None
+        self.occlusion = None if cfg.occlusion_cue == "off" else OcclusionCue(d, cfg.occlusion_cue, cfg.occlusion_grid)
         self.head = TwoBranchHead(d, cfg.text_dim, cfg.gate_hidden, cfg.tau_init, cfg.beta_init, cfg.dropout)
         self.grounding = nn.Linear(d, cfg.text_dim)
 
@@ -103,7 +103,8 @@ class RelationModel(nn.Module):
         _check_inputs(images, boxes, box_valid, bank, self.cfg.text_dim)
         b, n = box_valid.shape
         H, W = images.shape[-2:]
-        fmap = self.proj(self.backbone(self.preprocessing.normalise(images)).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        pixels = self.preprocessing.normalise(images)
+        fmap = self.proj(self.backbone(pixels).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         grid = (fmap.shape[2], fmap.shape[3])
         tokens = fmap.flatten(2).transpose(1, 2)
         scale = boxes.new_tensor([W, H, W, H])
@@ -119,7 +120,7 @@ class RelationModel(nn.Module):
         x = self.pair_enc(v_s, v_o, v_u, v_c, g)
         bs, bo = gather_pairs(boxes_n, sampled.pairs)
         if self.occlusion is not None:
-            x = x + self.occlusion(tokens, grid, bs, bo)
+            x = x + self.occlusion(tokens, grid, pixels, bs, bo)
         x = self.pair_tf(x, scene_tokens(fmap, self.cfg.scene_grid), bs, bo, ~sampled.valid)
         if self.deformable is not None:
             anchors = torch.stack([bs, bo, union_box(bs, bo), contact_box(bs, bo)], dim=-2)

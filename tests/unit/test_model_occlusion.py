@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from relate.model.occlusion import OcclusionCue, cell_coverage, occlusion_agreement
@@ -33,8 +34,10 @@ def test_agreement_says_which_box_the_overlap_belongs_to_and_flips_with_order():
         tokens, box_a, box_b = _scene(front)
         f_ab = occlusion_agreement(tokens, (4, 4), box_a, box_b)[0, 0]
         f_ba = occlusion_agreement(tokens, (4, 4), box_b, box_a)[0, 0]
-        assert f_ab[3] == 1 and torch.sign(f_ab[2]) == sign and torch.isclose(f_ab[2].abs(), torch.tensor(1.0))
+        assert f_ab[6] == 1 and torch.sign(f_ab[2]) == sign and torch.isclose(f_ab[2].abs(), torch.tensor(1.0))
+        assert torch.sign(f_ab[5]) == sign  # the distance says the same: overlap equals the front box
         assert torch.allclose(f_ba[:2], f_ab[:2].flip(0)) and torch.isclose(f_ba[2], -f_ab[2])
+        assert torch.allclose(f_ba[3:5], f_ab[3:5].flip(0)) and torch.isclose(f_ba[5], -f_ab[5])
 
 
 def test_no_overlap_or_containment_gives_invalid_zero_features():
@@ -44,5 +47,28 @@ def test_no_overlap_or_containment_gives_invalid_zero_features():
     assert occlusion_agreement(tokens, (4, 4), left, right).abs().sum() == 0
     assert occlusion_agreement(tokens, (4, 4), inner, outer).abs().sum() == 0  # nothing of inner is exclusive
     cue = OcclusionCue(8)
-    out = cue(tokens, (4, 4), torch.cat([left, outer], 1), torch.cat([right, inner], 1))
+    out = cue(tokens, (4, 4), torch.zeros(1, 3, 8, 8), torch.cat([left, outer], 1), torch.cat([right, inner], 1))
     assert out.shape == (1, 2, 8) and torch.isfinite(out).all()
+
+
+def test_pixel_source_reads_the_image_not_the_tokens():
+    """Two squares drawn in colour; the later one covers the shared strip. The pixel cue must name
+    the front square from the image alone (the tokens given are noise), and say the opposite when
+    the drawing order flips."""
+    box_a, box_b = torch.tensor([[[0.0, 0.25, 0.75, 0.75]]]), torch.tensor([[[0.25, 0.25, 1.0, 0.75]]])
+    for front, sign in (("a", 1.0), ("b", -1.0)):
+        img = torch.zeros(1, 3, 32, 32)
+        a_px, b_px = (slice(8, 24), slice(0, 24)), (slice(8, 24), slice(8, 32))  # A red, B blue
+        order = (("a", a_px, 0), ("b", b_px, 2)) if front == "b" else (("b", b_px, 2), ("a", a_px, 0))
+        for _, (ys, xs), ch in order:    # back first, front last
+            img[:, :, ys, xs] = 0.0
+            img[:, ch, ys, xs] = 2.0
+        feats = occlusion_agreement(torch.nn.functional.adaptive_avg_pool2d(img, 16).flatten(2).transpose(1, 2),
+                                    (16, 16), box_a, box_b)[0, 0]
+        assert torch.sign(feats[2]) == sign and torch.sign(feats[5]) == sign
+        cue = OcclusionCue(8, "pixels", grid=16)
+        noise = torch.randn(1, 4, 8)
+        ref = cue.embed(feats[None, None])
+        assert torch.allclose(cue(noise, (2, 2), img, box_a, box_b), ref, atol=1e-6)
+    with pytest.raises(ValueError, match="'tokens' or 'pixels'"):
+        OcclusionCue(8, "depth")
