@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from relate.config import StrictConfig
 
@@ -74,11 +74,6 @@ class RelationModelConfig(StrictConfig):
     occlusion_grid: int = Field(48, gt=0, description="cells a side the pixels are pooled to for occlusion_cue: pixels")
     deformable: DeformableConfig = Field(default_factory=DeformableConfig, description="App. A.2 scene read")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="§ 3.2 two-stage pair sampler")
-
-    @field_validator("occlusion_cue", mode="before")
-    @classmethod
-    def _cue_from_bool(cls, v):  # checkpoints written before the pixel source said true / false
-        return {True: "tokens", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "RelationModelConfig":
