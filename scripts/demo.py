@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import threading
 import time
@@ -70,6 +71,16 @@ def stage_train(steps: int) -> str:
     cfg = load_config(TrainRelationConfig, ROOT / "train_jobs/configs/cpu_small.yaml",
                       [f"data.corpus_root={RUN / 'annotated'}", f"optim.max_steps={steps}",
                        f"run.storage_path={RUN / 'train'}", "run.name=cpu_small"])
+    # Ray Train restores a run from its latest checkpoint under the same storage path and name.
+    # That is what an interrupted demo wants; a finished one (LATEST written) would only be
+    # restored and skip training, so a rerun of the demo starts that run afresh.
+    latest, run_dir = RUN / "train" / "LATEST", RUN / "train" / "cpu_small"
+    if latest.is_file():
+        print(f"  previous demo run finished: training {run_dir} afresh", flush=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        latest.unlink()
+    elif run_dir.is_dir():
+        print(f"  resuming the interrupted demo run in {run_dir}", flush=True)
     # worker logs are not forwarded here (log_to_driver=False): follow rank 0's progress file
     progress = Path(progress_file(str(RUN / "train"), "cpu_small"))
     progress.unlink(missing_ok=True)
