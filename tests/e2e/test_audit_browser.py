@@ -233,7 +233,6 @@ def _check(report: dict, hand: dict) -> None:
 
 
 def test_audit_in_the_browser(tmp_path):
-    t0 = time.monotonic()
     corpus = tmp_path / "run"
     _corpus(corpus)
     from relate.data.corpus import read_corpus
@@ -275,4 +274,3 @@ def test_audit_in_the_browser(tmp_path):
     if os.environ.get("AUDIT_SCREENSHOT"):
         Path(os.environ["AUDIT_SCREENSHOT"]).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, os.environ["AUDIT_SCREENSHOT"])
-    assert time.monotonic() - t0 < 90

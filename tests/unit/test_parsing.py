@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 
 from relate.parsing import ITEM_REASONS, OUTPUT_REASONS, parse_relations
 
@@ -93,7 +92,6 @@ def test_fuzz_ten_thousand_malformed_outputs_never_crash():
     base = [json.dumps({"relations": [REL, dict(REL, subject_id=3, predicate="on top of")]}),
             "Here you go:\n```json\n" + json.dumps({"relations": [REL]}, indent=2) + "\n```",
             "[" + json.dumps(REL) + "]"]
-    t0 = time.perf_counter()
     reasons = set()
     for i in range(10_000):
         text = _mutate(rng, rng.choice(base))
@@ -105,4 +103,3 @@ def test_fuzz_ten_thousand_malformed_outputs_never_crash():
         reasons.add(res.reason)
     assert res is not None and "parser_error" not in reasons  # no internal error was swallowed
     assert {None, "no_json"} <= reasons
-    assert time.perf_counter() - t0 < 30
