@@ -6,8 +6,9 @@ Both are config defaults that a caller may override per call. The model is loade
 from a local folder (``AutoProcessor`` + ``AutoModelForZeroShotObjectDetection``), never
 downloaded implicitly when ``HF_HUB_OFFLINE=1``.
 
-``DetectorActor`` is a callable class: ``detect`` serves one image (Ray Serve), ``__call__`` a
-batch dict with an ``image`` column (Ray Data ``map_batches``).
+``DetectorActor`` is a callable class: ``detect`` serves one image, ``detect_batch`` several in
+one forward pass (Ray Serve's batches), ``__call__`` a batch dict with an ``image`` column (Ray
+Data ``map_batches``).
 """
 
 from __future__ import annotations
@@ -77,58 +78,90 @@ class DetectorActor:
     def detect(self, image: np.ndarray, queries: Sequence[str] | None = None, threshold: float | None = None,
                max_boxes: int | None = None) -> list[Detection]:
         """Boxes for one (H, W, 3) uint8 image, best first, at most ``max_boxes``, score >= threshold."""
+        return self.detect_batch([image], queries, threshold, max_boxes)[0]
+
+    def detect_batch(self, images: Sequence[np.ndarray], queries: Sequence[str] | None = None,
+                     threshold: float | None = None, max_boxes: int | None = None) -> list[list[Detection]]:
+        """``detect`` for several images sharing one query list and operating point, in one forward
+        pass (OWL); Grounding DINO batches only equally sized images, because the processor pads a
+        mixed batch and the padding shifts its scores. Each image's boxes equal ``detect`` alone."""
         if not self.enabled:
             raise ValueError("no detector is configured (detector.mode='none'): send regions to /v1/relations instead")
         import torch
 
         queries = [q.strip() for q in (queries or self.cfg.queries)]
-        if not image.flags.writeable:  # decoded images are often read-only views; torch warns on those
-            image = np.array(image)
+        # decoded images are often read-only views; torch warns on those
+        images = [im if im.flags.writeable else np.array(im) for im in images]
         thr = self.cfg.threshold if threshold is None else float(threshold)
         cap = self.cfg.max_boxes if max_boxes is None else int(max_boxes)
-        h, w = image.shape[:2]
+        groups = ([list(range(len(images)))] if self.family == "owl" else
+                  list(_indices_by(lambda i: images[i].shape[:2], len(images)).values()))
+        out: list[list[Detection]] = [[] for _ in images]
         with torch.inference_mode():
-            if self.family == "owl":
-                scores, labels, boxes = self._owl(image, queries)
-            else:
-                scores, labels, boxes = self._grounding_dino(image, queries, thr)
-        boxes[:, 0::2] = boxes[:, 0::2].clip(0, w)
-        boxes[:, 1::2] = boxes[:, 1::2].clip(0, h)
-        ok = (scores >= thr) & (boxes[:, 2] - boxes[:, 0] >= 1) & (boxes[:, 3] - boxes[:, 1] >= 1)
-        order = [i for i in np.argsort(-scores, kind="stable") if ok[i]][:cap]
-        return [Detection(x1=float(boxes[i, 0]), y1=float(boxes[i, 1]), x2=float(boxes[i, 2]), y2=float(boxes[i, 3]),
-                          score=float(scores[i]), label=str(labels[i])) for i in order]
+            for idx in groups:
+                group = [images[i] for i in idx]
+                raw = self._owl(group, queries) if self.family == "owl" else self._grounding_dino(group, queries, thr)
+                for i, (scores, labels, boxes) in zip(idx, raw):
+                    out[i] = _select(scores, labels, boxes, images[i].shape[:2], thr, cap)
+        return out
 
-    def _owl(self, image: np.ndarray, queries: list[str]):
+    def _owl(self, images: list[np.ndarray], queries: list[str]) -> list[tuple]:
         import torch
 
-        inputs = self.processor(text=[queries], images=[image], return_tensors="pt", padding="max_length",
-                                truncation=True).to(self.cfg.device)
+        inputs = self.processor(text=[queries] * len(images), images=images, return_tensors="pt",
+                                padding="max_length", truncation=True).to(self.cfg.device)
         out = self.model(**inputs)
-        best = out.logits[0].max(dim=-1)
+        best = out.logits.max(dim=-1)
         scores = torch.sigmoid(best.values).float().cpu().numpy()
-        cx, cy, bw, bh = out.pred_boxes[0].float().cpu().numpy().T
-        # OWLv2 pads the image to a square at the bottom/right before resizing, so its relative
-        # boxes are fractions of the longer side (OWL-ViT stretches: fractions of each side)
-        h, w = image.shape[:2]
-        sx, sy = (max(h, w), max(h, w)) if self.model.config.model_type == "owlv2" else (w, h)
-        boxes = np.stack([(cx - bw / 2) * sx, (cy - bh / 2) * sy, (cx + bw / 2) * sx, (cy + bh / 2) * sy], 1)
-        return scores, [queries[i] for i in best.indices.cpu().tolist()], boxes.astype(np.float64)
+        labels = best.indices.cpu().numpy()
+        pred = out.pred_boxes.float().cpu().numpy()
+        res = []
+        for k, image in enumerate(images):
+            cx, cy, bw, bh = pred[k].T
+            # OWLv2 pads the image to a square at the bottom/right before resizing, so its relative
+            # boxes are fractions of the longer side (OWL-ViT stretches: fractions of each side)
+            h, w = image.shape[:2]
+            sx, sy = (max(h, w), max(h, w)) if self.model.config.model_type == "owlv2" else (w, h)
+            boxes = np.stack([(cx - bw / 2) * sx, (cy - bh / 2) * sy, (cx + bw / 2) * sx, (cy + bh / 2) * sy], 1)
+            res.append((scores[k], [queries[i] for i in labels[k].tolist()], boxes.astype(np.float64)))
+        return res
 
-    def _grounding_dino(self, image: np.ndarray, queries: list[str], thr: float):
+    def _grounding_dino(self, images: list[np.ndarray], queries: list[str], thr: float) -> list[tuple]:
         # Grounding DINO reads one caption with the categories separated by periods
         text = " . ".join(q.lower() for q in queries) + " ."
-        inputs = self.processor(images=[image], text=[text], return_tensors="pt").to(self.cfg.device)
+        inputs = self.processor(images=images, text=[text] * len(images), return_tensors="pt").to(self.cfg.device)
         out = self.model(**inputs)
-        res = self.processor.post_process_grounded_object_detection(
+        results = self.processor.post_process_grounded_object_detection(
             out, inputs["input_ids"], threshold=thr, text_threshold=self.cfg.text_threshold,
-            target_sizes=[image.shape[:2]])[0]
-        labels = res.get("text_labels") or res.get("labels")
-        return (res["scores"].float().cpu().numpy(), [str(x) for x in labels],
-                res["boxes"].float().cpu().numpy().astype(np.float64))
+            target_sizes=[im.shape[:2] for im in images])
+        res = []
+        for r in results:
+            labels = r.get("text_labels") or r.get("labels")
+            res.append((r["scores"].float().cpu().numpy(), [str(x) for x in labels],
+                        r["boxes"].float().cpu().numpy().astype(np.float64)))
+        return res
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Ray Data: ``image`` column (H, W, 3 arrays) -> adds ``detections`` (list of box dicts)."""
         batch = dict(batch)
-        batch["detections"] = [self.detect(np.asarray(im)) for im in batch["image"]]
+        batch["detections"] = self.detect_batch([np.asarray(im) for im in batch["image"]])
         return batch
+
+
+def _indices_by(key, n: int) -> dict:
+    groups: dict = {}
+    for i in range(n):
+        groups.setdefault(key(i), []).append(i)
+    return groups
+
+
+def _select(scores: np.ndarray, labels: list[str], boxes: np.ndarray, size: tuple[int, int], thr: float,
+            cap: int) -> list[Detection]:
+    """Clip to the image, keep boxes of at least one pixel scoring >= thr, best first, at most cap."""
+    h, w = size
+    boxes[:, 0::2] = boxes[:, 0::2].clip(0, w)
+    boxes[:, 1::2] = boxes[:, 1::2].clip(0, h)
+    ok = (scores >= thr) & (boxes[:, 2] - boxes[:, 0] >= 1) & (boxes[:, 3] - boxes[:, 1] >= 1)
+    order = [i for i in np.argsort(-scores, kind="stable") if ok[i]][:cap]
+    return [Detection(x1=float(boxes[i, 0]), y1=float(boxes[i, 1]), x2=float(boxes[i, 2]), y2=float(boxes[i, 3]),
+                      score=float(scores[i]), label=str(labels[i])) for i in order]

@@ -11,6 +11,13 @@ Figures:
 * ``batched_over_unbatched_throughput``: requests/s at concurrency 16 with ``serve.batch``
   (max_batch_size 8) over the same deployment with max_batch_size 1, on the cpu_small
   architecture (the 448 px model is too slow on 2 cores for a 16-way load in under a minute).
+* ``auth_overhead_p50``: HTTP p50 of the same small app with a bearer token configured (every
+  request checked in constant time by the token middleware) over the app without one; calls
+  alternate. The small model keeps the forward short, so the check's share is not hidden.
+  Goal <= 1.02.
+
+Every app here is relation-only (``detector: null``, ``judge: null``): two deployments to start
+instead of four, which keeps ``--quick`` under a minute on 2 cores.
 
 ``python -m benchmarks.serve_overhead [--quick] [--out FILE]``
 """
@@ -50,18 +57,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _app(ckpt: Path, port: int, max_batch: int, threads: int):
+TOKEN = "benchmark-token-0123456789abcdef"
+
+
+def _app(ckpt: Path, port: int, max_batch: int, threads: int, token: str | None = None):
     from serve_apps.app import build_app
 
     # No drain on delete: nothing is in flight when an app is deleted here, and the default
     # graceful wait cost 3 s per app.
     fast = {"graceful_shutdown_timeout_s": 0}
-    return build_app({"http": {"port": port},
+    return build_app({"http": {"port": port}, "security": {"bearer_token": token},
                       "relation": {"checkpoint": str(ckpt), "max_batch_size": max_batch, "torch_threads": threads,
-                                   "deployment": {"num_cpus": 0.5, "max_ongoing_requests": 32, **fast}},
-                      "detector": {"deployment": {"num_cpus": 0.05, **fast}},
-                      "judge": {"deployment": {"num_cpus": 0.05, **fast}},
-                      "ingress": {"num_cpus": 0.1, "max_ongoing_requests": 64, **fast}})
+                                   "deployment": {"num_cpus": 0.4, "max_ongoing_requests": 32,
+                                                  "max_queued_requests": 64, **fast}},
+                      "detector": None, "judge": None,
+                      "ingress": {"num_cpus": 0.1, "max_ongoing_requests": 128, **fast}})
 
 
 def _overhead(tmp: Path, port: int, n: int) -> dict[str, float]:
@@ -127,7 +137,8 @@ async def _throughput(url: str, body: dict, n: int, concurrency: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
-def _batching(tmp: Path, port: int, n: int) -> dict[str, float]:
+def _small_apps(tmp: Path, port: int, n: int, rounds: int) -> dict[str, float]:
+    import httpx
     import torch
     from ray import serve
 
@@ -136,16 +147,32 @@ def _batching(tmp: Path, port: int, n: int) -> dict[str, float]:
     image, boxes = _scene()
     ckpt = save_tiny_checkpoint(tmp / "small", VOCAB, model=SMALL_MODEL)
     body = {"image": base64.b64encode(_png(image)).decode(), "boxes": boxes, "topk": 50}
-    apps = (("batched", 8), ("unbatched", 1))
-    # Both apps start together (their replicas load in parallel: about 10 s saved) and are
-    # measured one at a time; an idle replica takes no CPU from the one under load.
-    serve.run_many([serve.RunTarget(_app(ckpt, port, mb, torch.get_num_threads()), name=name, route_prefix=f"/{name}")
-                    for name, mb in apps])
-    out = {name: asyncio.run(_throughput(f"http://127.0.0.1:{port}/{name}", body, n, 16)) for name, _ in apps}
-    for name, _ in apps:
+    apps = (("batched", 8, None), ("unbatched", 1, None), ("token", 8, TOKEN))
+    # The apps start together (their replicas load in parallel) and are measured one at a time;
+    # an idle replica takes no CPU from the one under load.
+    serve.run_many([serve.RunTarget(_app(ckpt, port, mb, torch.get_num_threads(), tok), name=name,
+                                    route_prefix=f"/{name}") for name, mb, tok in apps])
+    out = {name: asyncio.run(_throughput(f"http://127.0.0.1:{port}/{name}", body, n, 16)) for name in ("batched", "unbatched")}
+    base, guarded = [], []
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as c:
+        assert c.post("/token/v1/relations", json=body).status_code == 401  # the token is really checked
+        for i in range(rounds + 2):  # alternate, so load drifts hit both alike; two warm-up rounds
+            t0 = time.perf_counter()
+            c.post("/batched/v1/relations", json=body).raise_for_status()
+            t1 = time.perf_counter()
+            c.post("/token/v1/relations", json=body, headers=auth).raise_for_status()
+            t2 = time.perf_counter()
+            if i >= 2:
+                base.append(t1 - t0)
+                guarded.append(t2 - t1)
+    for name, _, _ in apps:
         serve.delete(name)
+    p_base, p_tok = statistics.median(base), statistics.median(guarded)
     return {"batched_over_unbatched_throughput": round(out["batched"] / out["unbatched"], 4),
-            "batched_rps": round(out["batched"], 2), "unbatched_rps": round(out["unbatched"], 2)}
+            "batched_rps": round(out["batched"], 2), "unbatched_rps": round(out["unbatched"], 2),
+            "auth_overhead_p50": round(p_tok / p_base, 4), "auth_p50_ms": round(p_tok * 1e3, 2),
+            "no_auth_p50_ms": round(p_base * 1e3, 2)}
 
 
 def measure(quick: bool) -> dict[str, float]:
@@ -165,7 +192,7 @@ def measure(quick: bool) -> dict[str, float]:
     try:
         with tempfile.TemporaryDirectory() as d:
             figures = _overhead(Path(d), port, 3 if quick else 20)
-            figures.update(_batching(Path(d), port, 48 if quick else 320))
+            figures.update(_small_apps(Path(d), port, 48 if quick else 320, 30 if quick else 200))
     finally:
         serve.shutdown()
         ray.shutdown()

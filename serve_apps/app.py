@@ -15,6 +15,8 @@ verdicts with the corruption control), ``/v1/render`` (PNG); ``/healthz``, ``/re
 # no "from __future__ import annotations": Serve rebuilds these signatures and needs real types
 
 import asyncio
+import math
+import time
 from typing import Any
 
 import numpy as np
@@ -23,9 +25,13 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError
 from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import BackPressureError
 
 from serve_apps import security as S
+from serve_apps.auth import BearerAuthMiddleware, require_token_for_bind
 from serve_apps.config import ServeAppConfig
+from serve_apps.metrics import RequestMetricsMiddleware
 from serve_apps.schemas import (ErrorBody, GraphParams, GraphRequest, GraphResponse, HealthResponse, JudgeParams,
                                 JudgeRequest, JudgeResponse, ReadyResponse, RelationsParams, RelationsRequest,
                                 RelationsResponse, RenderParams, RenderRequest)
@@ -35,7 +41,11 @@ __all__ = ["build_app", "api", "IngressDeployment"]
 api = FastAPI(title="relate: open-vocabulary visual relations", version="1.0.0",
               description="Score (subject, predicate, object) triplets between image regions against any "
                           "vocabulary, detect-and-relate, judge relations with a VLM, and render graphs.")
-api.add_middleware(S.BodyLimitMiddleware, max_bytes=lambda: S.STATE["max_request_bytes"])
+api.add_middleware(S.BodyLimitMiddleware, max_bytes=lambda: S.STATE["max_request_bytes"],
+                   timeout_s=lambda: S.STATE["body_timeout_s"])
+# every route (docs and health included) needs the token when one is set
+api.add_middleware(BearerAuthMiddleware, token=lambda: S.STATE["token"], open_paths=())
+api.add_middleware(RequestMetricsMiddleware)  # added last, so it runs first: refused requests are counted too
 S.install_error_handlers(api)
 _bearer = HTTPBearer(auto_error=False, description="required when the server is configured with a token")
 
@@ -44,9 +54,9 @@ def _auth(request: Request, _: HTTPAuthorizationCredentials | None = Depends(_be
     S.check_token(request, S.STATE["token"])
 
 
-_ERRORS = {c: {"model": ErrorBody} for c in (400, 401, 413, 415, 422, 500, 503)}
+_ERRORS = {c: {"model": ErrorBody} for c in (400, 401, 408, 413, 415, 422, 500, 503, 504)}
 _V1 = {"dependencies": [Depends(_auth)], "responses": _ERRORS}
-_RETRIES = 2  # re-sends after a replica failure (Serve routes them to a live replica)
+_READY_STATES = {"HEALTHY", "UPSCALING", "DOWNSCALING"}
 _PARAMS_DOC = "JSON object with the same fields as the JSON endpoint's body, minus 'image'"
 
 
@@ -75,8 +85,11 @@ class IngressDeployment:
     def __init__(self, cfg: ServeAppConfig, relation, detector, judge) -> None:
         self.cfg, self.sec = cfg, cfg.security
         S.configure(cfg.security)
+        # the proxy's real bind address (http_options.host of the YAML or serve.start), not cfg.http
+        require_token_for_bind(self._serve_bind_host(), S.STATE["token"], "the relate API")
         self.relation, self.detector, self.judge_handle = relation, detector, judge
         self.banks = {"default", *cfg.relation.banks}
+        self._ready: tuple[float, dict[str, str]] = (0.0, {})
 
     # ---- shared steps ---------------------------------------------------------------------
     async def _image(self, data: bytes) -> np.ndarray:
@@ -95,19 +108,23 @@ class IngressDeployment:
         return {"vocabulary": vocab, "bank": p.bank, "topk": topk, "threshold": p.threshold}
 
     async def _call(self, method, *args) -> Any:
-        """Call a deployment method; a replica that dies mid-request (a crash, a scale-down, a
-        node loss) is retried on another replica, since every model call here is idempotent."""
-        for attempt in range(_RETRIES + 1):
-            try:
-                out = await method.remote(*args)
-                break
-            except ValueError as exc:  # raised by a model for bad input (RayTaskError keeps the type)
-                raise S.ApiError(422, "invalid_request", _cause(exc)) from None
-            except Exception as exc:  # noqa: BLE001  replica died or timed out: retryable
-                if attempt == _RETRIES:
-                    raise S.ApiError(503, "unavailable", f"model call failed, retry: {type(exc).__name__}: "
-                                                         f"{_cause(exc)}") from None
-                await asyncio.sleep(0.2 * 2**attempt)
+        """Call a deployment method once. A replica that dies mid-request is not retried: the
+        request may be what killed it, and a replay would take down the next replica too."""
+        try:
+            out = await asyncio.wait_for(method.remote(*args), timeout=self.sec.model_timeout_s)
+        except BackPressureError as exc:  # the model deployment's bounded queue is full
+            retry = exc.retry_after_s if exc.retry_after_s is not None else 1.0
+            raise S.ApiError(503, "overloaded", f"model queue is full, retry later: {exc}",
+                             headers={"Retry-After": str(max(1, math.ceil(retry)))}) from None
+        except asyncio.TimeoutError:
+            raise S.ApiError(504, "model_timeout", f"model call took longer than {self.sec.model_timeout_s:g} s") from None
+        except ValueError as exc:  # raised by a model for bad input (RayTaskError keeps the type)
+            raise S.ApiError(422, "invalid_request", _cause(exc)) from None
+        except RayActorError as exc:
+            raise S.ApiError(503, "replica_failed", "the model replica failed while handling this request; "
+                                                    f"it is not retried automatically ({type(exc).__name__})") from None
+        except Exception as exc:  # noqa: BLE001  anything else from the model side
+            raise S.ApiError(503, "unavailable", f"model call failed: {type(exc).__name__}: {_cause(exc)}"[:300]) from None
         if isinstance(out, dict) and "error" in out:
             raise S.ApiError(422, "invalid_request", out["error"])
         return out
@@ -120,7 +137,7 @@ class IngressDeployment:
     async def _relations(self, image: np.ndarray, p: RelationsParams) -> dict:
         h, w = image.shape[:2]
         regions = (S.validate_boxes(p.boxes, w, h, self.sec) if p.boxes is not None
-                   else S.decode_masks(p.masks, w, h, self.sec))
+                   else S.validate_masks(p.masks, w, h, self.sec))  # runs, expanded in the model replica
         return await self._score(image, regions, p)
 
     async def _graph(self, image: np.ndarray, p: GraphParams) -> dict:
@@ -130,6 +147,8 @@ class IngressDeployment:
         if p.max_boxes is not None and p.max_boxes > self.sec.max_regions:
             raise S.ApiError(422, "invalid_request", f"max_boxes={p.max_boxes} exceeds the limit of {self.sec.max_regions}")
         self._vocab(p)  # fail fast before running the detector
+        if self.detector is None:
+            raise S.ApiError(422, "no_detector", "this deployment has no detector; send regions to /v1/relations")
         dets = await self._call(self.detector.detect, image, queries, p.detector_threshold, p.max_boxes)
         if len(dets) < 2:
             strings = len(p.vocabulary) if p.vocabulary is not None else 0
@@ -142,6 +161,8 @@ class IngressDeployment:
     async def _judge(self, image: np.ndarray, p: JudgeParams) -> dict:
         h, w = image.shape[:2]
         boxes = S.validate_boxes(p.boxes, w, h, self.sec)
+        if self.judge_handle is None:
+            raise S.ApiError(422, "no_judge", "this deployment has no judge")
         if len(p.relations) > self.sec.max_relations_judged:
             raise S.ApiError(422, "invalid_request", f"relations: {len(p.relations)} exceed the limit of "
                                                      f"{self.sec.max_relations_judged}")
@@ -163,10 +184,7 @@ class IngressDeployment:
         h, w = image.shape[:2]
         boxes = S.validate_boxes(p.boxes, w, h, self.sec, min_count=1)
         if p.triplets is not None:
-            for i, t in enumerate(p.triplets):
-                if t.subject >= len(boxes) or t.object >= len(boxes):
-                    raise S.ApiError(422, "invalid_request", f"triplets[{i}]: index out of range for {len(boxes)} boxes")
-            triplets = [t.model_dump() for t in p.triplets]
+            triplets = S.validate_triplets(p.triplets, len(boxes), self.sec)
         elif len(boxes) >= 2:
             triplets = (await self._score(image, boxes, p))["triplets"]
         else:
@@ -224,18 +242,41 @@ class IngressDeployment:
         """Liveness: the ingress answers (no model is called)."""
         return {"status": "ok"}
 
+    # module-level functions are not shipped with the class (Serve pickles it by value)
+    @staticmethod
+    def _serve_bind_host() -> str:
+        from ray.serve.context import _get_global_client
+
+        return _get_global_client().http_config.host
+
+    @staticmethod
+    def _deployment_states() -> dict[str, str]:
+        """Per deployment of this replica's app: 'ok' or why not (from the controller's status)."""
+        try:
+            app_name = serve.get_replica_context().app_name
+            app = serve.status().applications[app_name]
+        except Exception as exc:  # noqa: BLE001  controller unreachable: not ready
+            return {"controller": f"{type(exc).__name__}: {exc}"[:200]}
+        names = {"RelationModel": "relation", "Detector": "detector", "Judge": "judge"}
+        out = {}
+        for dep_name, d in app.deployments.items():
+            if dep_name not in names:
+                continue
+            running = d.replica_states.get("RUNNING", 0)
+            status = str(getattr(d.status, "value", d.status))
+            out[names[dep_name]] = "ok" if status in _READY_STATES and running > 0 else f"{status}: {running} running"
+        return out
+
     @api.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
     async def readyz(self):
-        """Readiness: every deployment answers within 5 s."""
-        names = {"relation": self.relation, "detector": self.detector, "judge": self.judge_handle}
-        states = {}
-        for name, h in names.items():
-            try:
-                await asyncio.wait_for(h.info.remote(), timeout=5.0)
-                states[name] = "ok"
-            except Exception as exc:  # noqa: BLE001
-                states[name] = f"{type(exc).__name__}: {_cause(exc)}"[:200]
-        ready = all(v == "ok" for v in states.values())
+        """Readiness: every deployment of this app has a running, healthy replica (the Serve
+        controller's view from its health checks; no request joins a model queue, so a full
+        queue does not make the service look down)."""
+        now = time.monotonic()
+        if now - self._ready[0] > 1.0:
+            self._ready = (now, await asyncio.to_thread(self._deployment_states))
+        states = self._ready[1]
+        ready = bool(states) and all(v == "ok" for v in states.values())
         return JSONResponse({"status": "ready" if ready else "not_ready", "deployments": states},
                             status_code=200 if ready else 503)
 
@@ -247,8 +288,9 @@ def build_app(cfg: ServeAppConfig | dict[str, Any] | None = None):
     cfg = ServeAppConfig.model_validate(cfg or {}) if not isinstance(cfg, ServeAppConfig) else cfg
     S.resolve_token(cfg.security)  # a missing token variable fails here, not on the first request
     relation = RelationModelDeployment.options(**cfg.relation.deployment.serve_options()).bind(cfg.relation)
-    detector = DetectorDeployment.options(**cfg.detector.deployment.serve_options()).bind(cfg.detector.detector)
-    judge = JudgeDeployment.options(**cfg.judge.deployment.serve_options()).bind(cfg.judge.judge)
+    detector = (None if cfg.detector is None else
+                DetectorDeployment.options(**cfg.detector.deployment.serve_options()).bind(cfg.detector))
+    judge = None if cfg.judge is None else JudgeDeployment.options(**cfg.judge.deployment.serve_options()).bind(cfg.judge.judge)
     return IngressDeployment.options(**cfg.ingress.serve_options()).bind(cfg, relation, detector, judge)
 
 

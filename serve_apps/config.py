@@ -16,11 +16,11 @@ from actors.judge import JudgeConfig
 from relate.config import StrictConfig
 from relate.model.config import RelationModelConfig
 from relate.placement import ResourcesConfig, serve_actor_options
+from serve_apps.auth import is_loopback
 
 __all__ = ["AutoscalingOptions", "DeploymentOptions", "HttpSettings", "SecuritySettings", "RandomModelSettings",
            "RelationSettings", "DetectorSettings", "JudgeSettings", "ServeAppConfig"]
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class AutoscalingOptions(StrictConfig):
@@ -46,16 +46,21 @@ class DeploymentOptions(StrictConfig):
     num_replicas: int = Field(1, ge=1, description="fixed replica count (ignored when autoscaling is set)")
     autoscaling: AutoscalingOptions | None = Field(None, description="autoscaling instead of a fixed count")
     max_ongoing_requests: int = Field(16, ge=1, description="requests a replica accepts at once (>= max_batch_size to fill batches)")
-    max_queued_requests: int = Field(-1, ge=-1, description="requests queued in callers before 503 (-1: unbounded)")
+    max_queued_requests: int = Field(32, ge=1, description="requests queued in callers before 503 + Retry-After "
+                                     "(bounded: an unbounded queue turns overload into unbounded latency)")
+    retry_after_s: float = Field(1.0, ge=0, description="Retry-After (seconds, rounded up) sent with a queue-full 503")
     num_cpus: float = Field(0.5, ge=0, description="CPUs reserved per replica (fractions share a small machine)")
     num_gpus: float = Field(0.0, ge=0, description="GPUs per replica; fractions pack several models on one GPU")
+    resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources per replica (e.g. "
+                                        "{'server': 0.25}); they pin the replica to the node group that advertises "
+                                        "them (cluster/*.yaml); each quantity > 0, whole above 1")
     health_check_period_s: float = Field(10.0, gt=0, description="seconds between the controller's health checks")
     health_check_timeout_s: float = Field(30.0, gt=0, description="a check slower than this marks the replica unhealthy")
     graceful_shutdown_timeout_s: float = Field(20.0, ge=0, description="time to drain in-flight requests on shutdown")
 
     def replica_resources(self) -> ResourcesConfig:
         """One replica's reservation as a placement request (checked by Ray's quantity rules)."""
-        return ResourcesConfig(num_cpus=self.num_cpus, num_gpus=self.num_gpus)
+        return ResourcesConfig(num_cpus=self.num_cpus, num_gpus=self.num_gpus, resources=self.resources)
 
     @model_validator(mode="after")
     def _placeable(self) -> "DeploymentOptions":
@@ -66,6 +71,7 @@ class DeploymentOptions(StrictConfig):
         """Keyword arguments for ``Deployment.options``."""
         opts: dict[str, Any] = {
             "max_ongoing_requests": self.max_ongoing_requests, "max_queued_requests": self.max_queued_requests,
+            "backpressure_config": {"status_code": 503, "retry_after_s": self.retry_after_s},
             "ray_actor_options": serve_actor_options(self.replica_resources()),
             "health_check_period_s": self.health_check_period_s, "health_check_timeout_s": self.health_check_timeout_s,
             "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s}
@@ -78,15 +84,18 @@ class DeploymentOptions(StrictConfig):
 
 
 class HttpSettings(StrictConfig):
-    """Where ``scripts/serve_demo.py`` and the tests bind Serve's HTTP proxy (YAMLs use http_options)."""
+    """Where ``scripts/serve_demo.py`` and the tests bind Serve's HTTP proxy (YAMLs use http_options).
+
+    The ingress checks the proxy's real bind address (``http_options.host``, read from the
+    Serve controller), not this field, so a YAML cannot open a public port by disagreeing here."""
 
     host: str = Field("127.0.0.1", description="bind address; loopback unless allow_public is set")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0 is not allowed by Serve; tests pick a free one)")
-    allow_public: bool = Field(False, description="permit a non-loopback host (put a bearer token in front of it)")
+    allow_public: bool = Field(False, description="permit a non-loopback host (a bearer token is then required)")
 
     @model_validator(mode="after")
     def _loopback(self) -> "HttpSettings":
-        if self.host not in _LOOPBACK and not self.allow_public:
+        if not is_loopback(self.host) and not self.allow_public:
             raise ValueError(f"http.host={self.host!r} exposes the server beyond this machine; "
                              "set http.allow_public=true to mean it")
         return self
@@ -95,16 +104,30 @@ class HttpSettings(StrictConfig):
 class SecuritySettings(StrictConfig):
     """Request limits and authentication enforced by the ingress before any model runs."""
 
-    bearer_token: SecretStr | None = Field(None, description="if set, every /v1 request needs 'Authorization: Bearer <token>'")
+    bearer_token: SecretStr | None = Field(None, description="if set, every request needs 'Authorization: Bearer <token>' "
+                                                             "(prefer bearer_token_env or bearer_token_file)")
     bearer_token_env: str | None = Field(None, description="name of an environment variable holding the token (kept out of YAML)")
+    bearer_token_file: str | None = Field(None, description="file holding the token (e.g. a Kubernetes secret mount)")
     max_request_bytes: int = Field(16 * 2**20, gt=0, description="largest request body accepted (413 beyond)")
+    body_timeout_s: float = Field(30.0, gt=0, description="a request body not fully received in this time gets 408")
+    model_timeout_s: float = Field(120.0, gt=0, description="a model call slower than this gets 504 (the request is dropped)")
     max_image_pixels: int = Field(25_000_000, gt=0, description="largest width*height decoded; checked from the header before decoding")
     max_image_side: int = Field(8192, gt=0, description="largest width or height accepted")
     max_regions: int = Field(200, ge=2, description="most regions per request")
+    max_mask_pixels: int = Field(64_000_000, gt=0, description="most mask pixels per request (masks x height x width), "
+                                                               "checked from the run-length header before expanding")
     max_vocabulary: int = Field(1024, ge=1, description="most predicate strings per request")
     max_string_chars: int = Field(80, ge=1, description="longest predicate or query string")
     max_relations_judged: int = Field(64, ge=1, description="most relations per judge request")
+    max_render_triplets: int = Field(256, ge=1, description="most edges drawn by one render request")
     max_topk: int = Field(1000, ge=1, description="largest top-k a request may ask for")
+
+    @model_validator(mode="after")
+    def _one_token_source(self) -> "SecuritySettings":
+        given = [n for n in ("bearer_token", "bearer_token_env", "bearer_token_file") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one token source, not {' and '.join(given)}")
+        return self
 
 
 class RandomModelSettings(StrictConfig):
@@ -145,6 +168,9 @@ class DetectorSettings(StrictConfig):
     """The detector deployment."""
 
     detector: DetectorConfig = Field(default_factory=DetectorConfig, description="model and operating point")
+    max_batch_size: int = Field(4, ge=1, description="serve.batch: most images detected in one forward "
+                                                     "(requests with the same queries and operating point)")
+    batch_wait_timeout_s: float = Field(0.01, ge=0, description="serve.batch: wait for a batch to fill")
     deployment: DeploymentOptions = Field(default_factory=lambda: DeploymentOptions(num_cpus=0.25),
                                           description="replicas and resources")
 
@@ -164,7 +190,22 @@ class ServeAppConfig(StrictConfig):
     security: SecuritySettings = Field(default_factory=SecuritySettings, description="limits and authentication")
     relation: RelationSettings = Field(default_factory=lambda: RelationSettings(random=RandomModelSettings()),
                                        description="relation model deployment")
-    detector: DetectorSettings = Field(default_factory=DetectorSettings, description="detector deployment")
-    judge: JudgeSettings = Field(default_factory=JudgeSettings, description="judge deployment")
-    ingress: DeploymentOptions = Field(default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=64),
+    detector: DetectorSettings | None = Field(default_factory=DetectorSettings,
+                                              description="detector deployment (null: none, /v1/graph answers 422)")
+    judge: JudgeSettings | None = Field(default_factory=JudgeSettings,
+                                        description="judge deployment (null: none, /v1/judge answers 422)")
+    ingress: DeploymentOptions = Field(default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=256,
+                                                                                 max_queued_requests=256),
                                        description="the FastAPI ingress (decodes and validates; light)")
+
+    @model_validator(mode="after")
+    def _ingress_not_the_bottleneck(self) -> "ServeAppConfig":
+        # Backpressure must come from the model's bounded queue (a JSON 503 + Retry-After) while the
+        # ingress keeps room for /readyz and /healthz; an ingress that fills first makes them fail.
+        rel = self.relation.deployment
+        held = rel.max_ongoing_requests + rel.max_queued_requests
+        if self.ingress.max_ongoing_requests <= held:
+            raise ValueError(f"ingress.max_ongoing_requests ({self.ingress.max_ongoing_requests}) must exceed what one "
+                             f"relation replica holds, max_ongoing_requests + max_queued_requests ({held}), so health "
+                             "checks never wait behind model requests")
+        return self

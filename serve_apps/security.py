@@ -7,11 +7,13 @@ size is checked before any pixel is decoded, so a decompression bomb (a tiny PNG
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import hmac
 import io
 import json
+import logging
+import struct
 import os
 import warnings
 from typing import Any, Callable, Sequence
@@ -22,30 +24,34 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from serve_apps.auth import AuthConfigError, read_token, token_matches
+from relate.rle import RLEError, check_rle
 from serve_apps.config import SecuritySettings
 
 __all__ = ["STATE", "configure", "ApiError", "BodyLimitMiddleware", "check_token", "resolve_token", "decode_base64", "decode_image",
-           "validate_boxes", "decode_masks", "validate_strings", "install_error_handlers", "error_response"]
+           "validate_boxes", "validate_masks", "validate_triplets", "validate_strings", "install_error_handlers", "error_response"]
 
 _FORMATS = {"PNG", "JPEG", "WEBP", "BMP"}
+_log = logging.getLogger("ray.serve")
 
 
 # Per-process settings the middleware and auth dependency read. They live here (an importable
 # module) because Serve ships the ingress class by value: a dict defined next to it would be a copy.
-STATE: dict[str, Any] = {"max_request_bytes": 16 * 2**20, "token": None}
+STATE: dict[str, Any] = {"max_request_bytes": 16 * 2**20, "body_timeout_s": 30.0, "token": None}
 
 
 def configure(settings: SecuritySettings) -> None:
     """Install the limits and token of this replica (called from the ingress constructor)."""
     STATE["max_request_bytes"] = settings.max_request_bytes
+    STATE["body_timeout_s"] = settings.body_timeout_s
     STATE["token"] = resolve_token(settings)
 
 
 class ApiError(HTTPException):
     """An HTTP error with a short code and a message that names what is wrong."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(status_code=status, detail=message)
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code=status, detail=message, headers=headers)
         self.code = code
 
 
@@ -54,55 +60,76 @@ def error_response(status: int, code: str, message: str, headers: dict | None = 
 
 
 class BodyLimitMiddleware:
-    """ASGI middleware: 413 when Content-Length or the streamed body exceeds the limit."""
+    """ASGI middleware: 413 when Content-Length or the streamed body exceeds the limit, 408 when
+    the body does not arrive in time (a slow or stalled client must not hold a connection), 400
+    when the client closes before sending the body it announced."""
 
-    def __init__(self, app, max_bytes: int | Callable[[], int]) -> None:
-        self.app, self._max = app, max_bytes
+    def __init__(self, app, max_bytes: int | Callable[[], int], timeout_s: float | Callable[[], float] = 30.0) -> None:
+        self.app, self._max, self._timeout = app, max_bytes, timeout_s
 
     @property
     def max_bytes(self) -> int:
         return self._max() if callable(self._max) else self._max
 
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout() if callable(self._timeout) else self._timeout
+
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        too_big = error_response(413, "request_too_large", f"request body exceeds {self.max_bytes} bytes")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+        limit = self.max_bytes
+        if declared is not None and (not declared.isdigit() or len(declared) > 18 or int(declared) > limit):
+            too_big = error_response(413, "request_too_large", f"request body exceeds {limit} bytes")
             return await too_big(scope, receive, send)
-        seen = 0
+        seen, deadline = 0, asyncio.get_running_loop().time() + self.timeout_s
+        body_done, started = False, False
 
         async def limited_receive():
-            nonlocal seen
-            msg = await receive()
+            nonlocal seen, body_done
+            if body_done:  # after the body only a disconnect can come: wait for it without a deadline
+                return await receive()
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                msg = await asyncio.wait_for(receive(), timeout=max(left, 0.001))
+            except asyncio.TimeoutError:
+                raise ApiError(408, "request_timeout", f"request body not received within {self.timeout_s:g} s") from None
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
-                if seen > self.max_bytes:
-                    raise ApiError(413, "request_too_large", f"request body exceeds {self.max_bytes} bytes")
+                if seen > limit:
+                    raise ApiError(413, "request_too_large", f"request body exceeds {limit} bytes")
+                body_done = not msg.get("more_body", False)
+                if body_done and declared is not None and seen != int(declared):
+                    raise ApiError(400, "bad_request", f"body has {seen} bytes, Content-Length said {int(declared)}")
+            elif msg["type"] == "http.disconnect" and not body_done:
+                raise ApiError(400, "client_disconnected", f"client closed the connection after {seen} body bytes")
             return msg
 
-        return await self.app(scope, limited_receive, send)
+        async def tracked_send(msg):
+            nonlocal started
+            started = started or msg["type"] == "http.response.start"
+            await send(msg)
+
+        try:
+            return await self.app(scope, limited_receive, tracked_send)
+        except ApiError as exc:  # raised while reading the body, outside any route's handler
+            if started:
+                raise
+            return await error_response(exc.status_code, exc.code, str(exc.detail))(scope, receive, send)
 
 
 def resolve_token(settings: SecuritySettings) -> str | None:
-    """The configured bearer token: inline, or read from the named environment variable."""
-    if settings.bearer_token is not None:
-        return settings.bearer_token.get_secret_value()
-    if settings.bearer_token_env:
-        value = os.environ.get(settings.bearer_token_env)
-        if not value:
-            raise ValueError(f"security.bearer_token_env={settings.bearer_token_env!r} is set but that "
-                             "environment variable is empty or missing")
-        return value
-    return None
+    """The configured bearer token: inline, from the named environment variable or from a file."""
+    secret = settings.bearer_token.get_secret_value() if settings.bearer_token is not None else None
+    try:
+        return read_token(secret, settings.bearer_token_env, settings.bearer_token_file)
+    except AuthConfigError as exc:
+        raise AuthConfigError(f"security: {exc}") from None
 
 
 def check_token(request: Request, token: str | None) -> None:
-    if token is None:
-        return
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+    if token is not None and not token_matches(request.headers.get("authorization"), token):
         raise ApiError(401, "unauthorized", "missing or wrong bearer token (send 'Authorization: Bearer <token>')")
 
 
@@ -118,8 +145,12 @@ def decode_base64(text: str, field: str = "image") -> bytes:
 
 
 def decode_image(data: bytes, settings: SecuritySettings, field: str = "image") -> np.ndarray:
-    """Encoded bytes -> (H, W, 3) uint8, refusing unknown formats and oversized images before decoding."""
-    from PIL import Image
+    """Encoded bytes -> (H, W, 3) uint8, refusing unknown formats and oversized images before decoding.
+
+    Images arrive as a camera or a browser writes them: the EXIF orientation is applied (so boxes
+    are checked against the picture the client sees), and 16-bit greyscale is scaled to 8 bits,
+    not clipped to white as PIL's own conversion does."""
+    from PIL import Image, ImageOps
 
     if not data:
         raise ApiError(400, "bad_image", f"{field}: empty file")
@@ -134,13 +165,25 @@ def decode_image(data: bytes, settings: SecuritySettings, field: str = "image") 
                 raise ApiError(413, "image_too_large", f"{field}: {w}x{h} exceeds the limit of "
                                                        f"{settings.max_image_pixels} pixels / {settings.max_image_side} px per side")
             im.load()
-            return np.asarray(im.convert("RGB"))
+            im = ImageOps.exif_transpose(im)
+            return _to_rgb8(im)
     except ApiError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise ApiError(413, "image_too_large", f"{field}: rejected as a decompression bomb ({exc})") from None
-    except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as exc:
+    except (OSError, SyntaxError, ValueError, EOFError, MemoryError, TypeError, struct.error) as exc:
         raise ApiError(400, "bad_image", f"{field}: not a decodable image ({type(exc).__name__}: {exc})") from None
+
+
+def _to_rgb8(im) -> np.ndarray:
+    """(H, W, 3) uint8 from any decoded mode; 16-bit and 32-bit integer greyscale are rescaled."""
+    if im.mode.startswith("I;16") or im.mode == "I":
+        grey = np.asarray(im).astype(np.int64)
+        if im.mode == "I" and grey.max(initial=0) > 65535:  # 32-bit data: scale by its own range
+            grey = grey * 65535 // max(int(grey.max()), 1)
+        grey = ((np.clip(grey, 0, 65535) + 128) // 257).astype(np.uint8)  # 65535 -> 255, 0 -> 0
+        return np.repeat(grey[:, :, None], 3, axis=2)
+    return np.asarray(im.convert("RGB"))
 
 
 def validate_boxes(boxes: Sequence[Any], width: int, height: int, settings: SecuritySettings,
@@ -160,21 +203,43 @@ def validate_boxes(boxes: Sequence[Any], width: int, height: int, settings: Secu
     return arr
 
 
-def decode_masks(masks: Sequence[Any], width: int, height: int, settings: SecuritySettings) -> np.ndarray:
-    """Uncompressed COCO RLE masks -> (N, H, W) bool, each matching the image and non-empty."""
+def validate_masks(masks: Sequence[Any], width: int, height: int, settings: SecuritySettings) -> dict[str, Any]:
+    """Uncompressed COCO RLE masks, checked without expanding them -> a compact mask set.
+
+    Limits come from the request itself: each run is bounded by the image's pixel count and the
+    runs are summed in exact integers (a 263-byte request with runs near 2**63 once wrapped an
+    int64 sum and crashed the expansion), and the dense size the model will need, masks x height x
+    width, is bounded by ``max_mask_pixels`` before anything is allocated. The result holds runs,
+    not pixels; :func:`relate.rle.decode_rle` expands them where the model runs."""
     if len(masks) < 2 or len(masks) > settings.max_regions:
         raise ApiError(422, "invalid_regions", f"masks: need 2..{settings.max_regions} masks, got {len(masks)}")
-    out = np.zeros((len(masks), height, width), dtype=bool)
+    dense = len(masks) * height * width
+    if dense > settings.max_mask_pixels:
+        raise ApiError(413, "masks_too_large", f"masks: {len(masks)} masks of {height}x{width} are {dense} mask pixels, "
+                                               f"above the limit of {settings.max_mask_pixels} per request")
+    runs = []
     for i, m in enumerate(masks):
         if list(m.size) != [height, width]:
             raise ApiError(422, "invalid_regions", f"masks[{i}].size = {list(m.size)}: must be [{height}, {width}] (the image)")
-        counts = np.asarray(m.counts, dtype=np.int64)
-        if (counts < 0).any() or int(counts.sum()) != height * width:
-            raise ApiError(422, "invalid_regions", f"masks[{i}].counts: runs must be >= 0 and sum to {height * width}")
-        values = np.repeat(np.arange(len(counts)) % 2 == 1, counts)
-        out[i] = values.reshape(width, height).T  # column-major, as COCO
-        if not out[i].any():
-            raise ApiError(422, "invalid_regions", f"masks[{i}]: empty mask")
+        try:
+            runs.append(check_rle(m.counts, height, width))
+        except RLEError as exc:
+            raise ApiError(422, "invalid_regions", f"masks[{i}].counts: {exc}") from None
+    return {"rle_counts": runs, "height": height, "width": width}
+
+
+def validate_triplets(triplets: Sequence[Any], num_boxes: int, settings: SecuritySettings,
+                      field: str = "triplets") -> list[dict]:
+    """Render edges: bounded in number and label length, indices inside the box list."""
+    if len(triplets) > settings.max_render_triplets:
+        raise ApiError(422, "too_many_triplets", f"{field}: {len(triplets)} edges exceed the limit of "
+                                                 f"{settings.max_render_triplets}")
+    out = []
+    for i, t in enumerate(triplets):
+        if t.subject >= num_boxes or t.object >= num_boxes:
+            raise ApiError(422, "invalid_request", f"{field}[{i}]: index out of range for {num_boxes} boxes")
+        pred = validate_strings([t.predicate], 1, settings.max_string_chars, f"{field}[{i}].predicate")[0]
+        out.append({"subject": int(t.subject), "object": int(t.object), "predicate": pred})
     return out
 
 
@@ -206,7 +271,7 @@ def install_error_handlers(app) -> None:
 
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError):
-        return error_response(exc.status_code, exc.code, str(exc.detail))
+        return error_response(exc.status_code, exc.code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)  # also routing 404/405 and body-parse 400s
     async def _http(_: Request, exc: StarletteHTTPException):
@@ -222,5 +287,7 @@ def install_error_handlers(app) -> None:
         return error_response(400, "bad_json", f"body is not valid JSON: {exc}")
 
     @app.exception_handler(Exception)
-    async def _any(_: Request, exc: Exception):
-        return error_response(500, "internal_error", f"{type(exc).__name__}: {str(exc)[:300]}")
+    async def _any(request: Request, exc: Exception):
+        # the client learns nothing of the internals; the log has the traceback
+        _log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error; the server log has the details")

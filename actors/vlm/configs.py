@@ -59,11 +59,31 @@ class OpenAIConfig(StrictConfig):
     base_url: str = Field("http://127.0.0.1:8000/v1", description="Server root ending in /v1.")
     model: str = Field("default", description="Model name the server expects.")
     api_key: str | None = Field(None, description="Bearer token; None sends no Authorization header.")
+    api_key_env: str | None = Field(None, description="Environment variable holding the bearer token (e.g. "
+                                                      "RELATE_API_TOKEN for a judge app behind our proxy); "
+                                                      "exclusive with api_key.")
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds.")
     max_retries: int = Field(4, ge=0, description="Retries on timeouts, connection errors, 429 and 5xx.")
     backoff_s: float = Field(0.5, ge=0, description="First retry delay; doubles each retry (with jitter).")
     max_concurrency: int = Field(8, ge=1, description="Requests in flight at once per actor.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Decoding parameters.")
+
+    @model_validator(mode="after")
+    def _one_key(self) -> "OpenAIConfig":
+        if self.api_key is not None and self.api_key_env is not None:
+            raise ValueError("give api_key or api_key_env, not both")
+        return self
+
+    def bearer(self) -> str | None:
+        """The token to send: inline, or read from ``api_key_env`` (which must then be set)."""
+        if self.api_key_env is None:
+            return self.api_key
+        import os
+
+        value = os.environ.get(self.api_key_env, "").strip()
+        if not value:
+            raise ValueError(f"openai.api_key_env={self.api_key_env!r} names an empty or unset environment variable")
+        return value
 
 
 class TransformersConfig(StrictConfig):

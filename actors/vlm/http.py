@@ -43,7 +43,8 @@ class OpenAIBackend:
 
     def __init__(self, cfg: OpenAIConfig) -> None:
         self.cfg = cfg
-        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        key = cfg.bearer()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
         limits = httpx.Limits(max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency)
         self._client = httpx.Client(base_url=cfg.base_url.rstrip("/"), headers=headers,
                                     timeout=httpx.Timeout(cfg.timeout_s), limits=limits)

@@ -12,11 +12,12 @@ import asyncio
 from typing import Any
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 from ray import serve
 
 from actors.judge import JudgeActor, JudgeConfig
 from relate.config import StrictConfig
+from relate.placement import ResourcesConfig
 
 __all__ = ["JudgeDeployment", "JudgeLLMConfig", "build_judge_llm_app"]
 
@@ -44,6 +45,10 @@ class JudgeLLMConfig(StrictConfig):
     model_id: str = Field("qwen3-vl-8b", description="name clients send as 'model'")
     model_source: str = Field("Qwen/Qwen3-VL-8B-Instruct", description="hub id or local path of the weights")
     accelerator_type: str | None = Field(None, description="Ray accelerator type to pin replicas to (e.g. H100)")
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources in each engine worker's placement bundle (one "
+                                          "GPU each, e.g. {'server': 1}): pins the engine to the node group "
+                                          "advertising them")
     min_replicas: int = Field(1, ge=0, description="autoscaling lower bound")
     max_replicas: int = Field(2, ge=1, description="autoscaling upper bound (one GPU each at tp=1)")
     target_ongoing_requests: int = Field(32, ge=1, description="requests in flight per replica the scaler aims at")
@@ -51,6 +56,19 @@ class JudgeLLMConfig(StrictConfig):
         default_factory=lambda: {"max_model_len": 8192, "limit_mm_per_prompt": {"image": 1},
                                  "gpu_memory_utilization": 0.85, "tensor_parallel_size": 1},
         description="passed to the vLLM engine verbatim")
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _custom_names(cls, v: dict[str, float]) -> dict[str, float]:
+        ResourcesConfig(num_gpus=1, resources=v)  # same name and quantity rules as every other request
+        return v
+
+    def worker_request(self) -> ResourcesConfig:
+        """The first placement bundle ray.serve.llm reserves: one engine worker's GPU and
+        ``resources_per_worker`` plus the replica actor's own CPU (Ray merges the two, see
+        ``ray.llm._internal.serve.core.server.llm_server._merge_replica_actor_and_child_actor_bundles``)."""
+        return ResourcesConfig(num_cpus=1, num_gpus=1, resources=self.resources_per_worker,
+                               accelerator_type=self.accelerator_type)
 
 
 def build_judge_llm_app(args: JudgeLLMConfig):
@@ -61,6 +79,9 @@ def build_judge_llm_app(args: JudgeLLMConfig):
     llm = LLMConfig(
         model_loading_config={"model_id": cfg.model_id, "model_source": cfg.model_source},
         accelerator_type=cfg.accelerator_type,
+        # bundle_per_worker is replicated per tensor/pipeline-parallel worker; GPU must be explicit there
+        placement_group_config=({"bundle_per_worker": {"GPU": 1, **cfg.resources_per_worker}}
+                                if cfg.resources_per_worker else None),
         deployment_config={"autoscaling_config": {"min_replicas": cfg.min_replicas, "max_replicas": cfg.max_replicas,
                                                   "target_ongoing_requests": cfg.target_ongoing_requests}},
         engine_kwargs=cfg.engine_kwargs)

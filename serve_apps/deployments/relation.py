@@ -6,6 +6,8 @@ time. A per-request vocabulary is embedded once with the checkpoint's own text e
 in a small LRU keyed by the sha256 of its strings, so repeated vocabularies cost nothing and a
 stream of distinct ones cannot grow memory without bound. Scores come from the same
 ``RelationPredictor`` the Python API and the evaluator use, so they match ``predict`` exactly.
+Queue depth, batch sizes, forward time, vocabulary cache hits and predicate scores are recorded
+as Serve metrics (``serve_apps.metrics``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any, Sequence
 import numpy as np
 from ray import serve
 
+from relate.rle import decode_rle
 from serve_apps.config import RelationSettings
+from serve_apps.metrics import replica_metrics
 
 __all__ = ["RelationModelDeployment", "load_predictor", "vocabulary_key", "BankCache"]
 
@@ -76,6 +80,15 @@ class BankCache:
         return key
 
 
+def _expand_regions(regions) -> np.ndarray:
+    """Boxes as given; masks arrive as checked run lengths (the ingress bounded their dense size)
+    and are expanded here, where the model needs pixels."""
+    if isinstance(regions, dict) and "rle_counts" in regions:
+        h, w = regions["height"], regions["width"]
+        return np.stack([decode_rle(c, h, w) for c in regions["rle_counts"]])
+    return np.array(regions)
+
+
 @serve.deployment(name="RelationModel")
 class RelationModelDeployment:
     """``relations(request)`` -> triplets, layout and content graphs for one image."""
@@ -92,6 +105,7 @@ class RelationModelDeployment:
         self.named.update({k: tuple(s.strip() for s in v) for k, v in self.settings.banks.items()})
         self._batched.set_max_batch_size(self.settings.max_batch_size)
         self._batched.set_batch_wait_timeout_s(self.settings.batch_wait_timeout_s)
+        self.metrics = replica_metrics()
 
     def info(self) -> dict:
         return {"banks": sorted(self.named), "default_size": len(self.named["default"]),
@@ -114,11 +128,13 @@ class RelationModelDeployment:
         """One image: ``image`` (H, W, 3) uint8, ``regions`` (boxes (N, 4) or masks (N, H, W)),
         ``vocabulary`` or ``bank``, ``topk``, ``threshold``. Errors come back as {"error": msg}."""
         # arrays arrive read-only (zero-copy from the object store); torch wants writable memory
-        req = {**req, "image": np.array(req["image"]), "regions": np.array(req["regions"])}
-        return await self._batched(req)
+        req = {**req, "image": np.array(req["image"]), "regions": _expand_regions(req["regions"])}
+        with self.metrics.queued():
+            return await self._batched(req)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
     async def _batched(self, reqs: list[dict]) -> list[dict]:
+        self.metrics.batch(len(reqs))
         return await asyncio.to_thread(self._score_many, reqs)
 
     def _score_many(self, reqs: list[dict]) -> list[dict]:
@@ -133,6 +149,7 @@ class RelationModelDeployment:
                 strings, label = self._strings(r)
                 if r.get("threshold") is not None and not self.predictor.calibration.fitted:
                     raise ValueError("threshold needs a calibrated checkpoint (its Platt a, b are not fitted); use topk")
+                self.metrics.vocabulary_lookup(hit=self.predictor.has_vocabulary(strings))
                 self.cache.ensure(strings, pin=label in self.named)
                 r["_label"] = label
                 groups.setdefault(strings, []).append(i)
@@ -140,11 +157,14 @@ class RelationModelDeployment:
                 out[i] = {"error": str(exc)}
         for strings, idx in groups.items():
             try:  # one forward for the group
-                scores = self.predictor.score_images([reqs[i]["image"] for i in idx],
-                                                     [reqs[i]["regions"] for i in idx], strings)
+                with self.metrics.forward():
+                    scores = self.predictor.score_images([reqs[i]["image"] for i in idx],
+                                                         [reqs[i]["regions"] for i in idx], strings)
             except ValueError:  # one bad request must not fail its neighbours: retry one by one
                 scores = [self._score_one(reqs[i], strings) for i in idx]
             for i, s in zip(idx, scores):
+                if not isinstance(s, dict):
+                    self.metrics.predicate_scores(pairs=s.pairs.shape[0], strings=len(strings))
                 out[i] = s if isinstance(s, dict) else self._graph(s, strings, reqs[i])
         return out
 

@@ -132,9 +132,9 @@ def _shipped_requests() -> dict[str, tuple[object, str]]:
             "ovsgg inference": (ovsgg.inference.resources, "a100"), "probe task": (probe.task.resources, "a100")}
 
 
-def _kuberay_groups() -> dict[str, dict[str, float]]:
-    """What each worker group of the RayCluster manifest advertises (pod limits + rayStartParams resources)."""
-    spec = _load("kuberay/raycluster.yaml")["spec"]
+def _kuberay_groups(name: str = "kuberay/raycluster.yaml") -> dict[str, dict[str, float]]:
+    """What each group of a KubeRay manifest's cluster advertises (pod limits + rayStartParams resources)."""
+    spec = _cluster_spec(_load(name))
     out = {}
     for g in [dict(spec["headGroupSpec"], groupName="head")] + spec["workerGroupSpecs"]:
         limits = g["template"]["spec"]["containers"][0]["resources"]["limits"]
@@ -155,8 +155,19 @@ def test_shipped_job_configs_place_on_their_node_group_only():
     assert requests["train worker"][0].resources == {"trainer": 1} and requests["train worker"][0].num_gpus == 1
     assert requests["annotation engine"][0].resources.get("annotator", 0) > 0
     assert 0 < requests["annotation engine"][0].num_gpus < 1  # a fraction: engines share a GPU
-    clusters = {name: {k: t["resources"] for k, t in _load(name)["available_node_types"].items()} for name in LAUNCHERS}
+    clusters = _launcher_groups()
     clusters["kuberay/raycluster.yaml"] = _kuberay_groups()
+    _assert_home_only(clusters, requests)
+
+
+def _launcher_groups() -> dict[str, dict[str, dict[str, float]]]:
+    return {name: {k: t["resources"] for k, t in _load(name)["available_node_types"].items()} for name in LAUNCHERS}
+
+
+def _assert_home_only(clusters: dict[str, dict[str, dict[str, float]]], requests: dict[str, tuple[object, str]]) -> None:
+    """Each request fits its home group (filling its GPUs exactly) and no other group, head included."""
+    from relate.placement import slots_per_node
+
     for cluster, types in clusters.items():
         for what, (res, home) in requests.items():
             slots = {t: slots_per_node(res, node) for t, node in types.items()}
@@ -165,6 +176,50 @@ def test_shipped_job_configs_place_on_their_node_group_only():
             assert not others, f"{cluster}: {what} would also land on {others}"
             if res.num_gpus:  # GPU requests fill their node's GPUs exactly
                 assert slots[home] == int(types[home]["GPU"] / res.num_gpus), f"{cluster}: {what} leaves GPUs idle"
+
+
+def _shipped_serve_requests() -> dict[str, tuple[object, str]]:
+    """Each GPU Serve replica's request in serve_apps/configs/gpu.yaml (every deployment of the relate app
+    that asks for a GPU, and the judge LLM's first placement bundle), with the node group meant for it."""
+    from serve_apps.config import ServeAppConfig
+    from serve_apps.deployments.judge import JudgeLLMConfig
+
+    apps = {a["name"]: a["args"] for a in yaml.safe_load((REPO / "serve_apps/configs/gpu.yaml").read_text())["applications"]}
+    relate = ServeAppConfig.model_validate(apps["relate"])
+    sections = {"relation": relate.relation.deployment, "detector": relate.detector.deployment,
+                "judge": relate.judge.deployment, "ingress": relate.ingress}
+    out = {f"{name} replica": (d.replica_resources(), "h100") for name, d in sections.items() if d.num_gpus}
+    out["judge LLM engine"] = (JudgeLLMConfig.model_validate(apps["judge-llm"]).worker_request(), "h100")
+    return out
+
+
+def test_shipped_serve_gpu_deployments_place_on_the_serving_group_only():
+    """The GPU Serve replicas (relation model, detector, judge LLM) ask for the `server` resource the
+    serving node group advertises: each fits that group, filling its GPUs, and no other (not the head,
+    not the training or annotation GPUs) in both launchers and in the RayService's cluster."""
+    requests = _shipped_serve_requests()
+    assert {"relation replica", "detector replica", "judge LLM engine"} <= set(requests)
+    for what, (res, _) in requests.items():
+        assert res.resources.get("server", 0) == res.num_gpus > 0, f"{what}: one `server` unit per GPU ({res})"
+    clusters = _launcher_groups()
+    clusters["kuberay/rayservice.yaml"] = _kuberay_groups("kuberay/rayservice.yaml")
+    _assert_home_only(clusters, requests)
+
+
+def test_serve_resources_reach_ray_actor_options():
+    """A deployment's custom resources travel into Serve's ray_actor_options; bad ones fail at config time."""
+    from serve_apps.config import DeploymentOptions
+
+    opts = DeploymentOptions(num_gpus=0.25, resources={"server": 0.25}).serve_options()
+    assert opts["ray_actor_options"] == {"num_cpus": 0.5, "num_gpus": 0.25, "resources": {"server": 0.25}}
+    assert "resources" not in DeploymentOptions().serve_options()["ray_actor_options"]
+    from serve_apps.deployments.judge import JudgeLLMConfig
+
+    for bad in ({"server": -1}, {"server": 1.5}, {"GPU": 1}):
+        with pytest.raises(ValueError):
+            DeploymentOptions(resources=bad)
+        with pytest.raises(ValueError):
+            JudgeLLMConfig(resources_per_worker=bad)
 
 
 @pytest.mark.parametrize("name", LAUNCHERS)

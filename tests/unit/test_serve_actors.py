@@ -86,3 +86,49 @@ def test_judge_config_needs_backend_section():
     with pytest.raises(ValueError, match="needs a 'openai' section"):
         JudgeConfig(backend="openai")
     assert isinstance(JudgeActor({"backend": "scripted"}).backend, ScriptedJudge)
+
+
+def _images():
+    rng = np.random.default_rng(1)
+    return [rng.integers(0, 255, shape, dtype=np.uint8) for shape in [(50, 90, 3), (64, 64, 3), (80, 40, 3)]]
+
+
+def _same_boxes(got: list[dict], want: list[dict]) -> None:
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want):
+        assert g["label"] == w["label"]
+        for k in ("x1", "y1", "x2", "y2", "score"):
+            assert abs(g[k] - w[k]) <= 1e-5, (k, g, w)
+
+
+def test_detect_batch_equals_one_call_per_image(owl_dir):
+    """One forward for three differently sized images gives each image the boxes a lone call gives."""
+    det = DetectorActor(DetectorConfig(mode="transformers", model=str(owl_dir), threshold=0.0, max_boxes=7))
+    images = _images()
+    batched = det.detect_batch(images, ["cup", "person"])
+    assert len(batched) == 3
+    for got, image in zip(batched, images):
+        _same_boxes(got, det.detect(image, ["cup", "person"]))
+    capped = det.detect_batch(images, ["cup"], threshold=0.3, max_boxes=2)
+    for got, image in zip(capped, images):
+        assert len(got) <= 2 and all(b["score"] >= 0.3 for b in got)
+        assert got == det.detect(image, ["cup"], threshold=0.3, max_boxes=2)
+
+
+def test_detector_deployment_groups_a_batch_by_queries(owl_dir):
+    """The Serve deployment's batch body (run in process): requests with different queries and caps in
+    one serve.batch each get exactly what a lone detect call returns."""
+    from serve_apps.config import DetectorSettings
+    from serve_apps.deployments.detector import DetectorDeployment
+
+    settings = DetectorSettings(detector={"mode": "transformers", "model": str(owl_dir), "threshold": 0.0},
+                                max_batch_size=8)
+    dep = DetectorDeployment.func_or_class(settings)
+    images = _images()
+    reqs = [{"image": images[0], "queries": ("cup", "person"), "threshold": None, "max_boxes": None},
+            {"image": images[1], "queries": None, "threshold": None, "max_boxes": 3},
+            {"image": images[2], "queries": ("cup", "person"), "threshold": None, "max_boxes": None},
+            {"image": images[1], "queries": ("person",), "threshold": 0.5, "max_boxes": None}]
+    out = dep._detect_many(reqs)
+    for got, r in zip(out, reqs):
+        assert got == dep.actor.detect(r["image"], r["queries"], r["threshold"], r["max_boxes"])

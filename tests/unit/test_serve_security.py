@@ -74,24 +74,97 @@ def test_validate_boxes_names_the_bad_box():
         S.validate_boxes([ok[0], Box(x1=float("nan"), y1=0, x2=1, y2=1)], 40, 30, SEC)
 
 
-def test_decode_masks_coco_rle_column_major():
+def test_masks_match_pycocotools_and_stay_compact():
+    from pycocotools import mask as coco
+
+    from relate.rle import decode_rle, encode_rle
+
+    rng = np.random.default_rng(0)
+    for h, w in ((4, 3), (17, 29), (1, 1)):
+        m = rng.random((h, w)) < 0.4
+        m[0, 0] = True
+        runs = encode_rle(m)
+        ref = coco.decode(coco.frPyObjects({"size": [h, w], "counts": runs}, h, w)).astype(bool)
+        assert np.array_equal(ref, m)  # pycocotools reads our runs as the same mask
+        out = S.validate_masks([RLEMask(size=[h, w], counts=runs)] * 2, w, h, SEC)
+        assert set(out) == {"rle_counts", "height", "width"}  # runs, not pixels
+        assert np.array_equal(decode_rle(out["rle_counts"][0], h, w), m)
+    # and pycocotools' own encoding of a mask decodes to the same pixels through our decoder
+    m = np.eye(5, 4, dtype=bool)
+    assert np.array_equal(coco.decode(coco.encode(np.asfortranarray(m.astype(np.uint8)))).astype(bool),
+                          decode_rle(np.asarray(encode_rle(m)), 5, 4))
+
+
+@pytest.mark.parametrize("counts,needle", [
+    ([5], "sum to 5, the image has 12"),
+    ([2**62, 2**62, 2**62, 2**62, 12], "every run must lie in [0, 12]"),   # int64 sum wraps to 12
+    ([-4, 16], "every run must lie in [0, 12]"),                           # negative run, right total
+    ([2**70, 12], "every run must lie in [0, 12]"),                        # beyond int64
+    ([12], "empty mask"),
+    ([0] * 14, "14 runs for 12 pixels"),
+    ([11, 1], None),                                                       # at the limit: the last pixel
+    ([0, 12], None),                                                       # a full mask
+])
+def test_mask_runs_checked_in_exact_arithmetic(counts, needle):
     h, w = 4, 3
-    m = np.zeros((h, w), bool)
-    m[1:3, 1] = True  # column 1, rows 1..2
-    flat = m.T.reshape(-1)  # column-major
-    runs, cur, n = [], False, 0
-    for v in flat:
-        if v != cur:
-            runs.append(n)
-            cur, n = v, 0
-        n += 1
-    runs.append(n)
-    out = S.decode_masks([RLEMask(size=[h, w], counts=runs)] * 2, w, h, SEC)
-    assert np.array_equal(out[0], m)
-    with pytest.raises(S.ApiError, match="sum to 12"):
-        S.decode_masks([RLEMask(size=[h, w], counts=[5])] * 2, w, h, SEC)
+    masks = [RLEMask(size=[h, w], counts=counts), RLEMask(size=[h, w], counts=[0, 12])]
+    if needle is None:
+        assert len(S.validate_masks(masks, w, h, SEC)["rle_counts"]) == 2
+        return
+    with pytest.raises(S.ApiError) as e:
+        S.validate_masks(masks, w, h, SEC)
+    assert e.value.status_code == 422 and needle in str(e.value.detail) and "masks[0].counts" in str(e.value.detail)
+
+
+def test_mask_pixels_bounded_before_expansion():
+    sec = SecuritySettings(max_mask_pixels=3 * 100 * 100, max_regions=10)
+    ok = [RLEMask(size=[100, 100], counts=[0, 10_000])] * 3  # exactly at the limit
+    assert len(S.validate_masks(ok, 100, 100, sec)["rle_counts"]) == 3
+    with pytest.raises(S.ApiError) as e:  # one mask more: refused from the header, nothing expanded
+        S.validate_masks(ok + ok[:1], 100, 100, sec)
+    assert e.value.status_code == 413 and "limit of 30000" in str(e.value.detail)
     with pytest.raises(S.ApiError, match=r"must be \[4, 3\]"):
-        S.decode_masks([RLEMask(size=[3, 4], counts=[12])] * 2, w, h, SEC)
+        S.validate_masks([RLEMask(size=[3, 4], counts=[12])] * 2, 3, 4, SEC)
+
+
+def test_render_triplets_bounded():
+    from serve_apps.schemas import RelationClaim
+
+    sec = SecuritySettings(max_render_triplets=2, max_string_chars=10)
+    t = RelationClaim(subject=0, object=1, predicate="near")
+    assert S.validate_triplets([t, t], 2, sec) == [{"subject": 0, "object": 1, "predicate": "near"}] * 2
+    with pytest.raises(S.ApiError, match="3 edges exceed the limit of 2"):
+        S.validate_triplets([t] * 3, 2, sec)
+    with pytest.raises(S.ApiError, match=r"triplets\[0\].predicate"):
+        S.validate_triplets([RelationClaim(subject=0, object=1, predicate="x" * 11)], 2, sec)
+    with pytest.raises(S.ApiError, match="out of range"):
+        S.validate_triplets([RelationClaim(subject=0, object=2, predicate="on")], 2, sec)
+
+
+def test_camera_images_exif_orientation_and_16_bit_grey():
+    # EXIF orientation 6 (rotate 90 clockwise to display): a 40x30 stored frame is shown 30x40
+    arr = np.zeros((30, 40, 3), np.uint8)
+    arr[:, :20] = 255  # left half white as stored
+    im = Image.fromarray(arr)
+    exif = im.getexif()
+    exif[0x0112] = 6
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", exif=exif.tobytes(), quality=95)
+    out = S.decode_image(buf.getvalue(), SEC)
+    assert out.shape == (40, 30, 3)  # width and height swapped, as a viewer shows it
+    assert out[:20].mean() > 200 and out[20:].mean() < 50  # the white half is now on top
+    # 16-bit greyscale: mid-grey must stay mid-grey (PIL's own convert('RGB') clips it to white)
+    grey = np.full((8, 8), 32768, np.uint16)
+    grey[0, 0], grey[0, 1] = 0, 65535
+    buf = io.BytesIO()
+    Image.fromarray(grey).save(buf, "PNG")
+    assert Image.open(io.BytesIO(buf.getvalue())).mode.startswith("I")
+    out = S.decode_image(buf.getvalue(), SEC)
+    assert out.shape == (8, 8, 3) and out[4, 4, 0] == 128 and out[0, 0, 0] == 0 and out[0, 1, 0] == 255
+    for mode in ("RGBA", "CMYK", "L", "P"):  # every other mode a camera or browser writes
+        buf = io.BytesIO()
+        Image.new(mode, (5, 4)).save(buf, "JPEG" if mode == "CMYK" else "PNG")
+        assert S.decode_image(buf.getvalue(), SEC).shape == (4, 5, 3)
 
 
 def test_validate_strings():
@@ -102,13 +175,37 @@ def test_validate_strings():
             S.validate_strings(bad, 3, 10, "vocabulary")
 
 
-def test_token_resolution(monkeypatch):
+def test_token_resolution(monkeypatch, tmp_path):
+    token = "a-token-of-24-characters"
     assert S.resolve_token(SecuritySettings()) is None
-    assert S.resolve_token(SecuritySettings(bearer_token="s3cret")) == "s3cret"
-    monkeypatch.setenv("RELATE_TEST_TOKEN", "abc")
-    assert S.resolve_token(SecuritySettings(bearer_token_env="RELATE_TEST_TOKEN")) == "abc"
+    assert S.resolve_token(SecuritySettings(bearer_token=token)) == token
+    monkeypatch.setenv("RELATE_TEST_TOKEN", token)
+    assert S.resolve_token(SecuritySettings(bearer_token_env="RELATE_TEST_TOKEN")) == token
+    (tmp_path / "tok").write_text(token + "\n")
+    assert S.resolve_token(SecuritySettings(bearer_token_file=str(tmp_path / "tok"))) == token
     with pytest.raises(ValueError, match="RELATE_MISSING"):
         S.resolve_token(SecuritySettings(bearer_token_env="RELATE_MISSING"))
+    with pytest.raises(ValueError, match="at least 16"):
+        S.resolve_token(SecuritySettings(bearer_token="short"))
+    with pytest.raises(ValueError, match="one token source"):
+        SecuritySettings(bearer_token=token, bearer_token_env="RELATE_TEST_TOKEN")
+
+
+def test_bind_rule_and_constant_time_match():
+    from serve_apps.auth import AuthConfigError, is_loopback, require_token_for_bind, token_matches
+
+    for host in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"):
+        assert is_loopback(host)
+        require_token_for_bind(host, None, "x")  # loopback: a token is optional
+    for host in ("0.0.0.0", "::", "10.0.0.5", "example.org", "192.168.1.1"):
+        assert not is_loopback(host)
+        with pytest.raises(AuthConfigError, match="no bearer token"):
+            require_token_for_bind(host, None, "x")
+        require_token_for_bind(host, "t" * 16, "x")
+    token = "t" * 20
+    assert token_matches(f"Bearer {token}", token) and token_matches(f"bearer  {token} ", token)
+    for bad in (None, "", token, f"Basic {token}", f"Bearer {token[:-1]}", f"Bearer {token}x"):
+        assert not token_matches(bad, token)
 
 
 def test_configs_refuse_public_bind_and_ambiguous_model():
@@ -160,3 +257,85 @@ def test_render_graph_png_draws_edges():
     assert plain.shape == (80, 120, 3)
     assert (plain != edged).any(axis=-1).sum() > 50  # the arrow and its label
     assert render_graph_png(img, boxes, []) == render_graph_png(img, boxes, [])  # deterministic bytes
+
+
+def test_model_calls_are_never_replayed_and_backpressure_is_503():
+    """A request whose replica dies is answered 503 once, not re-sent (it may be what killed the
+    replica); a full model queue is 503 with Retry-After; a slow model is 504."""
+    import asyncio
+    import types
+
+    from ray.exceptions import ActorDiedError
+    from ray.serve.exceptions import BackPressureError
+
+    from serve_apps.app import IngressDeployment
+
+    cls = IngressDeployment.func_or_class
+    me = types.SimpleNamespace(sec=SecuritySettings(model_timeout_s=0.2))
+
+    class Method:
+        def __init__(self, exc=None, sleep=0.0):
+            self.calls, self.exc, self.sleep = 0, exc, sleep
+
+        def remote(self, *args):
+            self.calls += 1
+
+            async def run():
+                await asyncio.sleep(self.sleep)
+                if self.exc is not None:
+                    raise self.exc
+                return {"ok": 1}
+            return run()
+
+    died = Method(ActorDiedError())
+    with pytest.raises(S.ApiError) as e:
+        asyncio.run(cls._call(me, died, 1))
+    assert died.calls == 1 and e.value.status_code == 503 and "not retried" in str(e.value.detail)
+    full = Method(BackPressureError(num_queued_requests=4, max_queued_requests=4, retry_after_s=2.5))
+    with pytest.raises(S.ApiError) as e:
+        asyncio.run(cls._call(me, full))
+    assert full.calls == 1 and e.value.status_code == 503 and e.value.headers == {"Retry-After": "3"}
+    slow = Method(sleep=1.0)
+    with pytest.raises(S.ApiError) as e:
+        asyncio.run(cls._call(me, slow))
+    assert e.value.status_code == 504 and "0.2 s" in str(e.value.detail)
+    assert asyncio.run(cls._call(me, Method())) == {"ok": 1}
+
+
+def test_ingress_must_have_room_beyond_the_model_queue():
+    base = {"relation": {"checkpoint": "x", "deployment": {"max_ongoing_requests": 8, "max_queued_requests": 8}}}
+    with pytest.raises(ValueError, match=r"ingress.max_ongoing_requests \(16\) must exceed .* \(16\)"):
+        ServeAppConfig.model_validate({**base, "ingress": {"max_ongoing_requests": 16}})
+    assert ServeAppConfig.model_validate({**base, "ingress": {"max_ongoing_requests": 17}}).ingress.max_ongoing_requests == 17
+    opts = ServeAppConfig.model_validate(base).relation.deployment.serve_options()
+    assert opts["max_queued_requests"] == 8 and opts["backpressure_config"] == {"status_code": 503, "retry_after_s": 1.0}
+
+
+def test_cluster_nodes_guard_every_serve_app():
+    """Wherever a node gets RELATE_API_TOKEN it also gets the proxy callback, and the relate app's
+    judge client sends that token to the judge-llm app behind the same proxy."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from serve_apps.auth import PROXY_CALLBACK, TOKEN_ENV
+
+    repo = Path(__file__).resolve().parents[2]
+    for name in ("cluster/aws.yaml", "cluster/gcp.yaml"):
+        text = (repo / name).read_text()
+        for cmd in re.findall(r"export RELATE_API_TOKEN=.*?ray start", text, flags=re.S):
+            assert f"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH={PROXY_CALLBACK}" in cmd, name
+        assert text.count("ray start") == text.count("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"), name
+    service = yaml.safe_load((repo / "cluster/kuberay/rayservice.yaml").read_text())
+    spec = service["spec"]["rayClusterConfig"]
+    pods = [spec["headGroupSpec"]] + spec["workerGroupSpecs"]
+    for pod in pods:
+        for c in pod["template"]["spec"]["containers"]:
+            env = {e["name"]: e for e in c.get("env", [])}
+            assert TOKEN_ENV in env and env["RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"]["value"] == PROXY_CALLBACK
+    assert f"ENV RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH={PROXY_CALLBACK}" in (repo / "cluster/Dockerfile").read_text()
+    gpu = yaml.safe_load((repo / "serve_apps/configs/gpu.yaml").read_text())
+    relate = next(a["args"] for a in gpu["applications"] if a["import_path"].endswith("app_builder"))
+    assert relate["security"]["bearer_token_env"] == TOKEN_ENV
+    assert relate["judge"]["judge"]["openai"]["api_key_env"] == TOKEN_ENV

@@ -89,6 +89,17 @@ def test_answers_in_order_with_bounded_concurrency(server):
     assert state.auth[-1] == "Bearer tok"
 
 
+def test_bearer_from_environment(server, monkeypatch):
+    url, state = server
+    monkeypatch.setenv("RELATE_TEST_JUDGE_KEY", "from-env-0123456789")
+    backend = OpenAIBackend(OpenAIConfig(base_url=url, api_key_env="RELATE_TEST_JUDGE_KEY"))
+    assert backend.generate([_req("k")]) == ["echo:k"] and state.auth[-1] == "Bearer from-env-0123456789"
+    with pytest.raises(ValueError, match="RELATE_TEST_UNSET"):
+        OpenAIBackend(OpenAIConfig(base_url=url, api_key_env="RELATE_TEST_UNSET"))
+    with pytest.raises(ValueError, match="not both"):
+        OpenAIConfig(api_key="a", api_key_env="B")
+
+
 def test_transient_errors_are_retried_with_backoff(server):
     url, state = server
     backend = OpenAIBackend(OpenAIConfig(base_url=url, max_retries=3, backoff_s=0.05))

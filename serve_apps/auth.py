@@ -1,0 +1,149 @@
+"""One authentication rule for every HTTP surface we ship (the relate app, the judge's
+OpenAI-compatible app behind the same Serve proxy, the audit page).
+
+The rule:
+* a bearer token comes from the config, an environment variable or a file (never logged);
+* a bind address that is not loopback needs a token: without one the server refuses to start;
+* when a token is configured, every route answers 401 without it (health and docs included),
+  compared in constant time. Only Serve's own proxy probes (``/-/healthz``, ``/-/routes``), which
+  carry no data, stay open so a load balancer or KubeRay can probe the node.
+
+``BearerAuthMiddleware`` is plain ASGI, so the same class guards a FastAPI app (relate, audit)
+and the Serve HTTP proxy itself (:func:`proxy_middlewares`, installed on every node with
+``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=serve_apps.auth:proxy_middlewares``), which is what
+puts the ``ray.serve.llm`` judge app behind the token too.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+from pathlib import Path
+from typing import Awaitable, Callable, Iterable
+
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "PROXY_CALLBACK", "AuthConfigError", "is_loopback", "read_token",
+           "require_token_for_bind", "token_matches", "BearerAuthMiddleware", "proxy_middlewares"]
+
+TOKEN_ENV = "RELATE_API_TOKEN"             # default variable holding the token on every node
+TOKEN_FILE_ENV = "RELATE_API_TOKEN_FILE"   # or a file (a Kubernetes secret mount) holding it
+PROXY_CALLBACK = "serve_apps.auth:proxy_middlewares"
+PROBE_PATHS = frozenset({"/-/healthz", "/-/routes"})  # Serve's proxy probes: no data, no model
+_MIN_TOKEN_CHARS = 16
+
+
+class AuthConfigError(ValueError):
+    """The server would start unguarded, or its token cannot be read."""
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` binds only this machine (127.0.0.0/8, ::1, 'localhost')."""
+    h = host.strip().strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:  # a hostname other than localhost may resolve anywhere
+        return False
+
+
+def read_token(token: str | None = None, env: str | None = None, file: str | None = None) -> str | None:
+    """The configured token (at most one source), or None. A source named but empty is an error."""
+    given = [name for name, v in (("token", token), ("env", env), ("file", file)) if v]
+    if len(given) > 1:
+        raise AuthConfigError(f"give one token source, not {' and '.join(given)}")
+    if token:
+        value, where = token, "the inline token"
+    elif env:
+        value, where = os.environ.get(env, ""), f"environment variable {env}"
+        if not value:
+            raise AuthConfigError(f"{where} is named as the token source but is empty or unset")
+    elif file:
+        path = Path(file)
+        if not path.is_file():
+            raise AuthConfigError(f"token file {file} does not exist")
+        value, where = path.read_text().strip(), f"token file {file}"
+        if not value:
+            raise AuthConfigError(f"{where} is empty")
+    else:
+        return None
+    value = value.strip()
+    if len(value) < _MIN_TOKEN_CHARS or not value.isprintable() or " " in value:
+        raise AuthConfigError(f"{where}: a token must be at least {_MIN_TOKEN_CHARS} printable characters "
+                              "without spaces")
+    return value
+
+
+def require_token_for_bind(host: str, token: str | None, surface: str) -> None:
+    """Refuse to start ``surface`` on a non-loopback ``host`` without a token."""
+    if token is None and not is_loopback(host):
+        raise AuthConfigError(
+            f"{surface} would listen on {host!r}, beyond this machine, with no bearer token: set "
+            f"{TOKEN_ENV} (or {TOKEN_FILE_ENV}, or the config's token source), or bind 127.0.0.1")
+
+
+def token_matches(header: str | None, token: str) -> bool:
+    """Constant-time check of an ``Authorization: Bearer <token>`` header value."""
+    scheme, _, value = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+def _header(scope: dict, name: bytes) -> str | None:
+    for k, v in scope.get("headers") or ():
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return None
+
+
+class BearerAuthMiddleware:
+    """ASGI: 401 (JSON ``{error, message}``) for any HTTP request without the bearer token.
+
+    ``token`` is the token itself or a callable returning it (None: no token configured, every
+    request passes; only allowed on loopback, which the start-up check enforces)."""
+
+    def __init__(self, app, token: str | None | Callable[[], str | None],
+                 open_paths: Iterable[str] = PROBE_PATHS) -> None:
+        self.app, self._token, self.open_paths = app, token, frozenset(open_paths)
+
+    @property
+    def token(self) -> str | None:
+        return self._token() if callable(self._token) else self._token
+
+    async def __call__(self, scope, receive, send) -> Awaitable[None] | None:
+        token = self.token
+        if scope["type"] not in ("http", "websocket") or token is None or scope.get("path") in self.open_paths:
+            return await self.app(scope, receive, send)
+        if token_matches(_header(scope, b"authorization"), token):
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        body = json.dumps({"error": "unauthorized", "message": "missing or wrong bearer token "
+                           "(send 'Authorization: Bearer <token>')"}).encode()
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"www-authenticate", b'Bearer realm="relate"')]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _serve_bind_host() -> str:
+    """The Serve proxy's real bind address, from the controller (the YAML's ``http_options.host``)."""
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    return ray.get(controller.get_http_config.remote(), timeout=30).host
+
+
+def proxy_middlewares() -> list:
+    """Serve proxy callback: the token middleware for every app on the proxy.
+
+    Reads the token from ``RELATE_API_TOKEN`` or ``RELATE_API_TOKEN_FILE`` on the node and
+    refuses (the proxy does not start, the error names what to set) when the proxy binds
+    beyond loopback without one."""
+    from starlette.middleware import Middleware
+
+    token = read_token(env=TOKEN_ENV if os.environ.get(TOKEN_ENV) else None,
+                       file=os.environ.get(TOKEN_FILE_ENV) or None)
+    require_token_for_bind(_serve_bind_host(), token, "the Serve HTTP proxy")
+    return [Middleware(BearerAuthMiddleware, token=token)]
