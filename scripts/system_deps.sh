@@ -10,5 +10,7 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 else
-  echo "[deps] /usr/bin/chromium is missing and cannot be installed here; the browser test will be skipped" >&2
+  echo "[deps] /usr/bin/chromium is missing and cannot be installed here (not root, or no apt-get):" \
+       "install it (apt-get install -y chromium). tests/e2e/test_audit_browser.py FAILS when CI is set" \
+       "and is skipped with a warning otherwise" >&2
 fi

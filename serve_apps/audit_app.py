@@ -1,18 +1,25 @@
 """A small standalone web app for the human audit of a relation corpus.
 
-``python -m serve_apps.audit_app --corpus DIR --batch FILE --db FILE [--host 127.0.0.1 --port 8765]``
+``python -m serve_apps.audit_app --corpus DIR --batch FILE --db FILE [--tokens FILE] [--host 127.0.0.1 --port 8765]``
 
 One relation at a time: the image with the subject box (orange, tag S) and the object box (blue,
 tag O) drawn server-side, the predicate in words, true / false / unsure / undo by button or key.
 Verdicts go straight into the SQLite store (one transaction each), so closing the browser or
 restarting the server loses nothing. Images are looked up from the corpus by item id; the client
 never names a path. The auditor does not see the pass, gate or stratum (a blind audit).
+
+With a tokens file (:mod:`serve_apps.audit_guard`) every auditor has their own bearer token and
+every ``/api`` call needs it; who is judging comes from the token, so nobody can file, undo or read
+verdicts under another name. Without one the page asks for a name, which is allowed on loopback
+only: a non-loopback ``--host`` without tokens refuses to start. Every response carries a strict
+Content-Security-Policy, bodies are capped and only known Host names are answered.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -20,6 +27,7 @@ from typing import Any, Callable, Sequence
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +36,10 @@ from relate.audit.sampler import load_audit_batch, verify_batch
 from relate.audit.store import VERDICTS, AuditStoreError, UnknownItemError, VerdictStore, open_verdict_store
 from relate.config import StrictConfig
 from relate.data.corpus import corpus_dir, read_corpus
+from serve_apps.audit_guard import (AUDITOR_SCOPE_KEY, TOKENS_FILE_ENV, AuditorAuthMiddleware, AuditorTokens,
+                                    SecurityHeadersMiddleware, SmallBodyMiddleware, allowed_host_names,
+                                    load_auditor_tokens)
+from serve_apps.auth import AuthConfigError, require_token_for_bind
 
 __all__ = ["AuditAppConfig", "make_audit_app", "main", "SUBJECT_COLOUR", "OBJECT_COLOUR"]
 
@@ -47,18 +59,25 @@ class AuditAppConfig(StrictConfig):
     port: int = Field(8765, ge=0, le=65535, description="TCP port to listen on.")
     display_side: int = Field(560, ge=64, le=4096, description="Images are scaled so their longer side is this many px.")
     confidence: float = Field(0.95, gt=0, lt=1, description="Confidence level of the report's intervals.")
+    tokens_file: str | None = Field(None, description="Auditor tokens file (JSON {name: token} or name:token "
+                                    "lines); every /api call then needs its auditor's bearer token. Required "
+                                    "when host is not loopback.")
+    allowed_hosts: list[str] = Field([], description="Host names the page answers to besides 127.0.0.1, "
+                                     "localhost, ::1 and host (others get 400: DNS-rebinding defence).")
+    max_body_bytes: int = Field(4096, ge=256, le=2**20, description="Largest request body accepted (413 beyond).")
 
 
 class _Verdict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    auditor: str = Field(..., description="Auditor name.")
+    auditor: str | None = Field(None, description="Auditor name; with tokens, must be the token's auditor if given.")
     item_id: str = Field(..., description="Item being judged (as shown on the page).")
     verdict: str = Field(..., description=f"One of {list(VERDICTS)}.")
 
 
 class _Undo(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    auditor: str = Field(..., description="Auditor whose latest verdict is withdrawn.")
+    auditor: str | None = Field(None, description="Auditor whose latest verdict is withdrawn; with tokens, "
+                                "must be the token's auditor if given.")
 
 
 def _display_size(size: tuple[int, int], side: int) -> tuple[int, int]:
@@ -120,16 +139,31 @@ def _view(item: dict[str, Any], images: dict[str, dict[str, Any]]) -> dict[str, 
             "object": {"index": item["object"], "category": boxes[item["object"]]["category"]}}
 
 
+def _load_tokens(cfg: AuditAppConfig) -> AuditorTokens | None:
+    """The auditor tokens, or None on loopback without a tokens file (anything else refuses to start)."""
+    tokens = load_auditor_tokens(cfg.tokens_file) if cfg.tokens_file else None
+    try:
+        require_token_for_bind(cfg.host, None if tokens is None else tokens.source, "the audit page")
+    except AuthConfigError as exc:  # name the audit page's own setting, not the Serve app's token
+        raise AuthConfigError(f"the audit page would listen on {cfg.host!r}, beyond this machine, with no auditor "
+                              f"tokens: pass --tokens FILE (or set {TOKENS_FILE_ENV}, or the config's tokens_file), "
+                              "or bind 127.0.0.1") from exc
+    return tokens
+
+
 def make_audit_app(cfg: AuditAppConfig) -> FastAPI:
-    """Load and check batch and corpus, open the store, and return the FastAPI app (not started)."""
+    """Check the bind and tokens, load and check batch and corpus, open the store, and return the
+    FastAPI app (not started) behind its guards."""
+    tokens = _load_tokens(cfg)
     batch = load_audit_batch(cfg.batch)
     corpus = read_corpus(cfg.corpus)
     corpus_strata = verify_batch(batch, corpus)
     images = _image_index(cfg.corpus, set(batch.items.column("image_id").to_pylist()), corpus,
                           cfg.display_side)
     store = open_verdict_store(cfg.db, batch)
-    app = FastAPI(title="Relation audit", version="1")
+    app = FastAPI(title="Relation audit", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.store = store
+    app.state.tokens = tokens
 
     @lru_cache(maxsize=256)
     def png(item_id: str) -> bytes:
@@ -139,7 +173,29 @@ def make_audit_app(cfg: AuditAppConfig) -> FastAPI:
 
     _add_routes(app, store, images, png, lambda: report_from_store(store, corpus_strata, cfg.confidence))
     app.mount("/static/audit", StaticFiles(directory=STATIC_DIR), name="audit-static")
+    # add_middleware wraps: the last added runs first. Headers go on every answer, refusals included.
+    app.add_middleware(AuditorAuthMiddleware, tokens=tokens)
+    app.add_middleware(SmallBodyMiddleware, max_bytes=cfg.max_body_bytes)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_host_names(cfg.host, cfg.allowed_hosts),
+                       www_redirect=False)
+    app.add_middleware(SecurityHeadersMiddleware)
     return app
+
+
+def _acting_auditor(request: Request, claimed: str | None) -> str:
+    """Who is acting: the token's auditor when tokens are configured (a different claimed name is
+    403), else the name the page sent (loopback only)."""
+    if request.app.state.tokens is None:
+        if claimed is None:
+            raise HTTPException(422, "auditor is required (no tokens configured: the page names its auditor)")
+        return claimed
+    own = request.scope.get(AUDITOR_SCOPE_KEY)
+    if own is None:  # the middleware lets only the page shell through without a token
+        raise HTTPException(401, "missing or unknown auditor token")
+    if claimed is not None and claimed.strip() != own:
+        raise HTTPException(403, f"this token belongs to auditor {own!r}; it cannot act as {claimed!r} "
+                            "(leave 'auditor' out or send your own name)")
+    return own
 
 
 def _add_routes(app: FastAPI, store: VerdictStore, images: dict[str, dict[str, Any]],
@@ -162,24 +218,34 @@ def _add_routes(app: FastAPI, store: VerdictStore, images: dict[str, dict[str, A
     def health() -> dict[str, Any]:
         return {"ok": True, "items": store.num_items()}
 
+    @app.get("/api/whoami")
+    def whoami(request: Request) -> dict[str, Any]:
+        """How the page signs in: by token (and as whom) or, without tokens, by typing a name."""
+        tokens = request.app.state.tokens is not None
+        return {"tokens": tokens, "auditor": _acting_auditor(request, None) if tokens else None}
+
     @app.get("/api/next")
-    def next_item(auditor: str = Query(..., description="Auditor name.")) -> dict[str, Any]:
-        return state(auditor)
+    def next_item(request: Request, auditor: str | None = Query(None, description="Auditor name (the "
+                  "token's, when tokens are configured).")) -> dict[str, Any]:
+        return state(_acting_auditor(request, auditor))
 
     @app.get("/api/progress")
-    def progress(auditor: str = Query(..., description="Auditor name.")) -> dict[str, Any]:
-        return store.progress(auditor)
+    def progress(request: Request, auditor: str | None = Query(None, description="Auditor name (the "
+                 "token's, when tokens are configured).")) -> dict[str, Any]:
+        return store.progress(_acting_auditor(request, auditor))
 
     @app.post("/api/verdict")
-    def verdict(body: _Verdict) -> dict[str, Any]:
-        store.record(body.auditor, body.item_id, body.verdict)
-        return state(body.auditor)
+    def verdict(request: Request, body: _Verdict) -> dict[str, Any]:
+        auditor = _acting_auditor(request, body.auditor)
+        store.record(auditor, body.item_id, body.verdict)
+        return state(auditor)
 
     @app.post("/api/undo")
-    def undo(body: _Undo) -> dict[str, Any]:
-        item_id = store.undo(body.auditor)
+    def undo(request: Request, body: _Undo) -> dict[str, Any]:
+        auditor = _acting_auditor(request, body.auditor)
+        item_id = store.undo(auditor)
         # Show the withdrawn item again (not merely the first open one) so undo feels like undo.
-        out = state(body.auditor)
+        out = state(auditor)
         if item_id is not None:
             out["item"] = _view(store.item(item_id), images)
         out["undone"] = item_id
@@ -204,10 +270,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--db", required=True, help="SQLite verdict database")
     ap.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback)")
     ap.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    ap.add_argument("--tokens", default=os.environ.get(TOKENS_FILE_ENV) or None,
+                    help=f"auditor tokens file: JSON {{name: token}} or name:token lines (default ${TOKENS_FILE_ENV}); "
+                    "required beyond loopback")
+    ap.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                    help="a Host name the page answers to besides loopback and --host (repeatable)")
     args = ap.parse_args(argv)
-    cfg = AuditAppConfig(corpus=args.corpus, batch=args.batch, db=args.db, host=args.host, port=args.port)
-    app = make_audit_app(cfg)
-    print(f"audit page: http://{cfg.host}:{cfg.port}/", flush=True)
+    cfg = AuditAppConfig(corpus=args.corpus, batch=args.batch, db=args.db, host=args.host, port=args.port,
+                         tokens_file=args.tokens, allowed_hosts=args.allowed_host)
+    try:
+        app = make_audit_app(cfg)
+    except AuthConfigError as exc:
+        raise SystemExit(f"audit page not started: {exc}") from None
+    who = f"{len(app.state.tokens.names)} auditor tokens" if app.state.tokens else "no tokens: auditors type a name"
+    print(f"audit page: http://{cfg.host}:{cfg.port}/ ({who}; Host names "
+          f"{', '.join(allowed_host_names(cfg.host, cfg.allowed_hosts))})", flush=True)
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
 
 
