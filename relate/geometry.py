@@ -8,14 +8,17 @@ Pairwise matrices come from broadcasting: ``iou(a[:, None], b[None])``.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
-try:  # torch is a hard dependency of the project, but geometry must not require it to import
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None  # type: ignore[assignment]
+# torch is never imported here: a value can only be a tensor if its caller already imported torch,
+# so looking it up in sys.modules keeps `import relate.geometry` (and the configs, metrics and
+# ingress that use it) free of torch's ~2 s import.
+def _tensor_module():
+    return sys.modules.get("torch")
+
 
 __all__ = [
     "N_BOX_FEATURES", "N_MASK_FEATURES", "N_PAIR_FEATURES", "PAIR_FEATURE_NAMES",
@@ -39,19 +42,20 @@ _EPS = 1e-6
 
 
 def _is_torch(x: Any) -> bool:
+    torch = _tensor_module()
     return torch is not None and isinstance(x, torch.Tensor)
 
 
 def _stack(xs: list, like: Any) -> Any:
-    return torch.stack(xs, dim=-1) if _is_torch(like) else np.stack(xs, axis=-1)
+    return _tensor_module().stack(xs, dim=-1) if _is_torch(like) else np.stack(xs, axis=-1)
 
 
 def _max(a: Any, b: Any) -> Any:
-    return torch.maximum(a, b) if _is_torch(a) else np.maximum(a, b)
+    return _tensor_module().maximum(a, b) if _is_torch(a) else np.maximum(a, b)
 
 
 def _min(a: Any, b: Any) -> Any:
-    return torch.minimum(a, b) if _is_torch(a) else np.minimum(a, b)
+    return _tensor_module().minimum(a, b) if _is_torch(a) else np.minimum(a, b)
 
 
 def _clip0(a: Any) -> Any:
@@ -64,11 +68,11 @@ def _div(a: Any, b: Any) -> Any:
 
 
 def _log(a: Any) -> Any:
-    return torch.log(a) if _is_torch(a) else np.log(a)
+    return _tensor_module().log(a) if _is_torch(a) else np.log(a)
 
 
 def _sqrt(a: Any) -> Any:
-    return torch.sqrt(a) if _is_torch(a) else np.sqrt(a)
+    return _tensor_module().sqrt(a) if _is_torch(a) else np.sqrt(a)
 
 
 def _coords(b: Any) -> tuple[Any, Any, Any, Any]:
