@@ -126,7 +126,13 @@ class OVSGGConfig(StrictConfig):
     ks: list[int] = Field(default=[20, 50, 100], description="recall cut-offs")
     headline_k: int = Field(default=50, description="K of the headline cells (F1@K, wR@K, mR@K)")
     graph_constrained: bool = Field(default=True, description="graph-constrained recall (the protocol default)")
-    matcher: Literal["one_to_one", "legacy"] = Field(default="one_to_one", description="triplet matcher")
+    matcher: Literal["one_to_one", "legacy"] = Field(default="one_to_one", description="triplet matcher of the "
+                                                     "'paper' protocol ('sgb' always credits many-to-many)")
+    protocol: Literal["paper", "sgb"] = Field(
+        default="paper", description="A1/A4 recall rules: 'paper' (dedup GT, every GT image counts, mR over "
+        "predicates with GT) or 'sgb' (Scene-Graph-Benchmark.pytorch's evaluation: +1-pixel float32 IoU with "
+        "labels, GT rows as given, images without GT or without predictions skipped, mR over the benchmark's "
+        "whole predicate list, triplet scores times object scores)")
     num_cpus_per_task: float = Field(default=0.5, gt=0, description="CPUs per scoring task")
     inference: InferenceSpec | None = Field(default=None, description="optional model inference step")
     synonyms: SynonymSpec = Field(default_factory=SynonymSpec, description="A3 synonym matcher")
@@ -139,6 +145,8 @@ class OVSGGConfig(StrictConfig):
         names = [b.name for b in self.benchmarks]
         if len(set(names)) != len(names):
             raise ValueError(f"benchmark names must be unique, got {names}")
+        if self.protocol == "sgb" and "matcher" in self.model_fields_set and self.matcher != "legacy":
+            raise ValueError(f"protocol 'sgb' credits many-to-many (matcher 'legacy'); got matcher {self.matcher!r}")
         if self.headline_k not in self.ks:
             raise ValueError(f"headline_k={self.headline_k} must be one of ks={self.ks}")
         for s in self.systems:
@@ -189,15 +197,19 @@ def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.
     gt = load_ground_truth(bench.corpus)
     V = spec.vocabulary_size or bench.vocabulary_size or int(gt.predicates.size)
     out: dict[str, Any] = {"axis": spec.axis, "benchmark": spec.name, "vocabulary_size": V}
-    rk = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, matcher=cfg.matcher)
+    rk: dict[str, Any] = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, matcher=cfg.matcher)
+    if cfg.protocol == "sgb":  # mR divides by the benchmark's whole predicate list
+        rk = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, protocol="sgb",
+                  predicates=list(bench.predicates))
     if spec.axis == "A4":
         det = load_detections(pq.read_table(spec.detections), gt, name=spec.detections)
         nb = dict(zip(gt.image_ids.tolist(), det.n_boxes.tolist()))
         preds = load_predictions(predictions, gt, n_boxes=nb)
+        extra = {} if cfg.protocol == "sgb" else {"require_category": spec.require_category}  # sgb: labels always
         out["recall"] = evaluate_recall(gt, preds, detections=det, iou_threshold=spec.iou_threshold,
-                                        require_category=spec.require_category, **rk).to_dict()
+                                        **extra, **rk).to_dict()
         out["pair_recall"] = pair_recall_ceiling(gt, det, iou_threshold=spec.iou_threshold,
-                                                 one_to_one=cfg.matcher == "one_to_one",
+                                                 one_to_one=cfg.matcher == "one_to_one" and cfg.protocol == "paper",
                                                  require_category=spec.require_category)
         return out
     preds = load_predictions(predictions, gt)
@@ -385,8 +397,10 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
         comp = composite(normed).to_dict() if normed else None
         systems[s.name] = {"cells": {c["benchmark"]: c for c in cells}, "axes": axes, "composite": comp}
     norm = {n: {a: v["norm"] for a, v in r["axes"].items()} for n, r in systems.items() if r["composite"]}
-    result = {"protocol": {"mode": "graph_constrained" if cfg.graph_constrained else "unconstrained",
-                           "matcher": cfg.matcher, "headline_k": cfg.headline_k},
+    result = {"protocol": {"name": cfg.protocol,
+                           "mode": "graph_constrained" if cfg.graph_constrained else "unconstrained",
+                           "matcher": cfg.matcher if cfg.protocol == "paper" else "legacy",
+                           "headline_k": cfg.headline_k},
               "systems": systems, "leave_one_axis_out": leave_one_axis_out(norm) if norm else []}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=_json_default))
     write_table(result, cfg, out / "table.md")

@@ -87,8 +87,8 @@ def write_table(result: dict, cfg: Any, path: str | Path) -> str:
     k = result["protocol"]["headline_k"]
     benches = [(b.name, b.axis) for b in cfg.benchmarks]
     p = result["protocol"]
-    parts = [f"# OV-SGG-Bench\n\nProtocol: {p['mode'].replace('_', '-')} recall, {p['matcher'].replace('_', '-')} "
-             f"matcher, K = {k}; percentages. One evaluator scored every system.\n",
+    parts = [f"# OV-SGG-Bench\n\nProtocol: {p.get('name', 'paper')}, {p['mode'].replace('_', '-')} recall, "
+             f"{p['matcher'].replace('_', '-')} matcher, K = {k}; percentages. One evaluator scored every system.\n",
              _md(["axis", "measure", *names, "note"], table_rows(result, benches, k)), "",
              "## Chance-corrected axes\n",
              _md(["axis", *names], [[a, *[format_pct(result["systems"][n]["axes"].get(a, {}).get("norm"))

@@ -60,7 +60,8 @@ def encode_strings(values, vocab: np.ndarray | None = None) -> tuple[np.ndarray,
 @dataclass(frozen=True)
 class GroundTruth:
     """One evaluated split, flattened. Relations are deduplicated on (image, subject, object,
-    predicate): a repeated annotation is one fact and must not be recoverable twice."""
+    predicate): a repeated annotation is one fact and must not be recoverable twice. How often each
+    kept row was annotated stays in ``rel_repeats`` for the ``sgb`` protocol, which counts repeats."""
 
     image_ids: np.ndarray          # (I,) object
     box_offsets: np.ndarray        # (I + 1,) int64, boxes of image i are box_offsets[i]:[i + 1]
@@ -71,6 +72,7 @@ class GroundTruth:
     rel_object: np.ndarray         # (R,) int64
     rel_predicate: np.ndarray      # (R,) int64 code into ``predicates``
     predicates: np.ndarray         # (V,) object, the split's predicate strings
+    rel_repeats: np.ndarray | None = None  # (R,) int64 times each kept row was annotated (sgb counts all)
 
     @property
     def n_images(self) -> int:
@@ -121,9 +123,15 @@ def load_ground_truth(table: pa.Table) -> GroundTruth:
         raise SchemaError(f"ground truth row {img[k]} (image_id={ids[img[k]]!r}): relation "
                           f"({s[k]}, {o[k]}) indexes beyond its {nb[img[k]]} boxes")
     key = np.stack([img, s, o, codes], axis=1)
-    _, first = np.unique(key, axis=0, return_index=True) if key.size else (None, np.zeros(0, np.int64))
-    keep = np.sort(first)
-    return GroundTruth(ids, offsets, xyxy, cats, img[keep], s[keep], o[keep], codes[keep], vocab)
+    if key.size:
+        _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        count = np.bincount(inv.ravel(), minlength=first.size)
+    else:
+        first = count = np.zeros(0, np.int64)
+    by_row = np.argsort(first)
+    keep = first[by_row]
+    return GroundTruth(ids, offsets, xyxy, cats, img[keep], s[keep], o[keep], codes[keep], vocab,
+                       count[by_row].astype(np.int64))
 
 
 @dataclass(frozen=True)

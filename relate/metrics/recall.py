@@ -16,7 +16,11 @@ slots; unconstrained lets one pair fill several. Two matchers: ``one_to_one`` as
 triplet to at most one prediction and each prediction to at most one GT triplet (and, with a
 detector, each GT box to at most one detection); ``legacy`` credits a GT triplet whenever any
 top-K prediction matches, with every IoU >= 0.5 link allowed (the reference implementation's
-duplicate credit, kept to reproduce published numbers, 5.3).
+duplicate credit, 5.3).
+
+Two protocols: ``paper`` (all of the above; graph-constrained one-to-one is the default) and
+``sgb``, Scene-Graph-Benchmark.pytorch's own evaluation rule for rule (relate.metrics.sgb). The
+legacy matcher alone does not reproduce SGB's numbers: use ``protocol="sgb"`` for that.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ import numpy as np
 
 from relate.metrics._boxmatch import Detections, box_map, greedy_one_to_one
 from relate.metrics._tables import GroundTruth, Predictions, expand_join, group_first
+from relate.metrics.sgb import PROTOCOLS, sgb_recall
 
-__all__ = ["MATCHERS", "BUCKETS", "RecallResult", "rank_predictions", "match_triplets",
+__all__ = ["MATCHERS", "PROTOCOLS", "BUCKETS", "RecallResult", "rank_predictions", "match_triplets",
            "recall_from_hits", "evaluate_recall", "bucket_of"]
 
 MATCHERS = ("one_to_one", "legacy")
@@ -50,16 +55,17 @@ class RecallResult:
     """Every recall figure of one (system, split), with the protocol that produced it."""
 
     mode: str                 # "graph_constrained" | "unconstrained"
-    matcher: str              # "one_to_one" | "legacy"
+    matcher: str              # "one_to_one" | "legacy" (sgb: always "legacy", many-to-many)
     box_source: str           # "gt" | "detector"
     ks: tuple[int, ...]
     metrics: dict[str, float]
     per_predicate: dict[int, dict[str, float]] = field(default_factory=dict)
     support: dict[str, int] = field(default_factory=dict)
     n_cls: dict[str, int] = field(default_factory=dict)
+    protocol: str = "paper"   # "paper" | "sgb"
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "matcher": self.matcher, "box_source": self.box_source,
+        return {"protocol": self.protocol, "mode": self.mode, "matcher": self.matcher, "box_source": self.box_source,
                 "ks": list(self.ks), "metrics": self.metrics,
                 "per_predicate": {str(k): v for k, v in self.per_predicate.items()},
                 "support": self.support, "n_cls": self.n_cls}
@@ -220,18 +226,42 @@ def recall_from_hits(gt: GroundTruth, hit_rank: np.ndarray, ks: Sequence[int]) -
 
 
 def evaluate_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int] = (20, 50, 100),
-                    graph_constrained: bool = True, matcher: str = "one_to_one",
+                    graph_constrained: bool = True, matcher: str | None = None,
                     detections: Detections | None = None, iou_threshold: float = 0.5,
                     require_category: bool = False,
-                    predicate_match: np.ndarray | None = None) -> RecallResult:
+                    predicate_match: np.ndarray | None = None, protocol: str = "paper",
+                    predicates: Sequence[str] | None = None,
+                    object_scores: np.ndarray | None = None) -> RecallResult:
     """The full recall report of one system on one split.
 
-    With ``detections=None`` the predictions index the GT boxes and matching is by index;
-    otherwise they index the detector's boxes and are linked to GT boxes by IoU.
+    ``paper``: with ``detections=None`` the predictions index the GT boxes and matching is by
+    index; otherwise they index the detector's boxes and are linked to GT boxes by IoU. ``matcher``
+    defaults to ``one_to_one``. ``sgb``: boxes always link by IoU and label (sgcls: pass the GT
+    boxes with predicted labels as ``detections``), ``predicates`` is the label set whose size
+    divides mR (default: the split's predicates), ``object_scores`` one score per indexed box.
     """
     ks = tuple(sorted(int(k) for k in ks))
     if not ks or ks[0] <= 0:
         raise ValueError(f"ks must be positive integers, got {ks}")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+    mode = "graph_constrained" if graph_constrained else "unconstrained"
+    source = "gt" if detections is None else "detector"
+    if protocol == "sgb":
+        if matcher not in (None, "legacy"):
+            raise ValueError(f"protocol 'sgb' credits many-to-many (matcher 'legacy'); got matcher {matcher!r}")
+        if predicate_match is not None:
+            raise ValueError("protocol 'sgb' matches predicates by label; predicate_match is not supported")
+        boxes = None if detections is None else (detections.box_offsets, detections.boxes, detections.categories)
+        metrics, per_pred, sup, n_cls = sgb_recall(gt, preds, ks=ks, graph_constrained=graph_constrained,
+                                                   boxes=boxes, object_scores=object_scores,
+                                                   predicates=predicates, iou_threshold=iou_threshold)
+        metrics["n_images"] = float(gt.n_images)
+        metrics["n_relations"] = float(gt.rel_repeats.sum() if gt.rel_repeats is not None else gt.rel_image.size)
+        return RecallResult(mode, "legacy", source, ks, metrics, per_pred, sup, n_cls, protocol="sgb")
+    if predicates is not None or object_scores is not None:
+        raise ValueError("predicates and object_scores are 'sgb' protocol options; protocol is 'paper'")
+    matcher = matcher or "one_to_one"
     idx, rank = rank_predictions(preds, graph_constrained=graph_constrained, max_k=ks[-1])
     links = None
     if detections is not None:
@@ -241,5 +271,4 @@ def evaluate_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int] = 
     metrics, per_pred, sup, n_cls = recall_from_hits(gt, hit, ks)
     metrics["n_images"] = float(gt.n_images)
     metrics["n_relations"] = float(gt.rel_image.size)
-    return RecallResult("graph_constrained" if graph_constrained else "unconstrained", matcher,
-                        "gt" if detections is None else "detector", ks, metrics, per_pred, sup, n_cls)
+    return RecallResult(mode, matcher, source, ks, metrics, per_pred, sup, n_cls, protocol="paper")

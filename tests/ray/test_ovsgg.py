@@ -122,7 +122,8 @@ def test_ovsgg_end_to_end_on_ray(ray_session, suite, capsys):
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
     assert sorted(p.name for p in (out / "predictions").iterdir()) == sorted(f"{b}.parquet" for b in base)
     saved = json.loads((out / "results.json").read_text())
-    assert saved["protocol"] == {"mode": "graph_constrained", "matcher": "one_to_one", "headline_k": 50}
+    assert saved["protocol"] == {"name": "paper", "mode": "graph_constrained", "matcher": "one_to_one",
+                                 "headline_k": 50}
     ours, freq = res["systems"]["ours"], res["systems"]["freq"]
     assert ours["cells"]["psg"]["recall"]["mode"] == "graph_constrained"
     assert ours["cells"]["psg_det"]["recall"]["box_source"] == "detector"

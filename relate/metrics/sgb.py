@@ -1,0 +1,219 @@
+"""The ``sgb`` protocol: recall as Scene-Graph-Benchmark.pytorch's VG evaluation computes it.
+
+Written from a reading of that repository's ``vg_eval.py``, ``sgg_eval.py``, ``boxlist_ops.py``
+and the relation head's post-processor (``relation_head/inference.py``); none of its code is used.
+Each rule below names where it comes from; the paper's protocol lives in ``recall.py``.
+
+* IoU with the legacy pixel convention: a box spans ``x2 - x1 + 1`` pixels, and the whole IoU is
+  computed in float32 (its boxes are float32 tensors). A link needs IoU >= the threshold.
+* A predicted triplet credits a GT relation when the predicate and both object labels agree and
+  both boxes overlap enough, also in predcls (its "predicted" boxes are the GT boxes, so a pair of
+  overlapping same-label GT boxes is interchangeable). One prediction credits every GT relation it
+  matches, and a GT relation is found when any top-K prediction matches it (no one-to-one).
+* GT rows count as annotated: an exact repeat and several predicates on one pair each count.
+* Images without a GT relation, and images without a single predicted pair, are skipped: they
+  enter neither R@K's average nor any predicate's mR list.
+* mR@K: per predicate, the mean of its per-image recall over the images that contain it; the sum
+  over all P predicates of the label set divided by P (a predicate never in GT adds 0).
+* Graph-constrained: each pair keeps its best predicate (ties: the lowest label index) and pairs
+  rank by predicate score x subject score x object score, in float32, descending.
+* Unconstrained: every (pair, predicate) entry ranks by (subject x object score) x predicate score;
+  only the top 100 are kept whatever K.
+* Ties in either ranking: SGB sorts with a non-stable sort (torch.sort / np.argsort), whose order
+  of equal scores depends on the library and hardware; here ties keep the pair's first appearance
+  in the file (then the label index), i.e. a stable descending sort.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from relate.metrics._tables import GroundTruth, Predictions, expand_join
+
+__all__ = ["PROTOCOLS", "SGB_NOGC_CAP", "sgb_iou", "sgb_rank", "sgb_recall"]
+
+PROTOCOLS = ("paper", "sgb")
+SGB_NOGC_CAP = 100  # SGB keeps only the 100 best unconstrained entries before cutting at K
+
+
+def sgb_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of paired boxes (..., 4) x1 y1 x2 y2 with the +1 pixel convention, in float32."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    one, zero = np.float32(1), np.float32(0)
+    wh = np.maximum(np.minimum(a[..., 2:], b[..., 2:]) - np.maximum(a[..., :2], b[..., :2]) + one, zero)
+    inter = wh[..., 0] * wh[..., 1]
+    area_a = (a[..., 2] - a[..., 0] + one) * (a[..., 3] - a[..., 1] + one)
+    area_b = (b[..., 2] - b[..., 0] + one) * (b[..., 3] - b[..., 1] + one)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return inter / (area_a + area_b - inter)
+
+
+def _codes(values: np.ndarray, table: dict) -> np.ndarray:
+    return np.fromiter((table.setdefault(v, len(table)) for v in values.tolist()), np.int64, values.size)
+
+
+def _links(gt: GroundTruth, box_offsets: np.ndarray, boxes: np.ndarray, labels: np.ndarray,
+           iou_threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (image, predicted box, GT box) with equal labels and IoU >= threshold (no one-to-one)."""
+    table: dict = {}
+    gl, pl = _codes(gt.categories, table), _codes(labels, table)
+    ng, npb = gt.n_boxes, np.diff(box_offsets)
+    cnt = ng * npb
+    img = np.repeat(np.arange(gt.n_images, dtype=np.int64), cnt)
+    t = np.arange(img.size, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    pi, gi = t // np.maximum(ng[img], 1), t % np.maximum(ng[img], 1)
+    pb, gb = box_offsets[img] + pi, gt.box_offsets[img] + gi
+    ok = pl[pb] == gl[gb]
+    img, pi, gi, pb, gb = img[ok], pi[ok], gi[ok], pb[ok], gb[ok]
+    ok = sgb_iou(boxes[pb], gt.boxes[gb]) >= iou_threshold
+    return img[ok], pi[ok], gi[ok]
+
+
+def _starts(key: np.ndarray) -> np.ndarray:
+    first = np.ones(key.size, bool)
+    first[1:] = key[1:] != key[:-1]
+    return first
+
+
+def _rank_in_image(img_sorted: np.ndarray) -> np.ndarray:
+    first = _starts(img_sorted)
+    pos = np.arange(img_sorted.size, dtype=np.int64)
+    return pos - np.maximum.accumulate(np.where(first, pos, 0))
+
+
+def sgb_rank(preds: Predictions, label: np.ndarray, obj_score: np.ndarray, box_offsets: np.ndarray, *,
+             graph_constrained: bool, max_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row into ``preds``, its 0-based rank in its image, image index of every scored pair).
+
+    ``label[t]`` is triplet t's predicate index in the label set (-1: not in it, never scored);
+    ``obj_score`` is one float32 score per box, aligned with ``box_offsets``.
+    """
+    e = np.flatnonzero(label >= 0)
+    img, li = preds.image[e], label[e]
+    p32 = preds.score[e].astype(np.float32)
+    nb = int(max(preds.subject.max(initial=0), preds.object.max(initial=0))) + 1
+    pair = (img * nb + preds.subject[e]) * nb + preds.object[e]
+    s32 = obj_score[box_offsets[img] + preds.subject[e]]
+    o32 = obj_score[box_offsets[img] + preds.object[e]]
+    # one slot per pair: its best predicate, ties to the lowest label index (SGB's argmax)
+    by_pair = np.lexsort((li, -p32, pair))
+    head = _starts(pair[by_pair])
+    best = by_pair[head]
+    appear = np.minimum.reduceat(by_pair, np.flatnonzero(head)) if e.size else best
+    triple = (p32[best] * s32[best]) * o32[best]
+    order = np.lexsort((appear, -triple, img[best]))
+    pair_rank = np.empty(best.size, np.int64)
+    pair_rank[order] = _rank_in_image(img[best][order])
+    pair_img = img[best]
+    if graph_constrained:
+        keep = pair_rank[order] < max_k
+        rows = best[order][keep]
+        return e[rows], pair_rank[order][keep], pair_img
+    # unconstrained: one entry per (pair, predicate), the pair's GC rank and the label break ties
+    by_entry = np.lexsort((-p32, li, pair))
+    first = by_entry[_starts((pair * (label.max(initial=0) + 1) + li)[by_entry])]
+    gc_rank = np.repeat(pair_rank, np.diff(np.append(np.flatnonzero(head), e.size)))
+    rank_of = np.empty(e.size, np.int64)
+    rank_of[by_pair] = gc_rank
+    score = (s32[first] * o32[first]) * p32[first]
+    order = np.lexsort((li[first], rank_of[first], -score, img[first]))
+    rank = _rank_in_image(img[first][order])
+    keep = rank < min(max_k, SGB_NOGC_CAP)
+    return e[first[order][keep]], rank[keep], pair_img
+
+
+def _label_index(names: np.ndarray, label_set: dict[str, int]) -> np.ndarray:
+    return np.array([label_set.get(str(n), -1) for n in names.tolist()], dtype=np.int64)
+
+
+def sgb_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int], graph_constrained: bool = True,
+               boxes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+               object_scores: np.ndarray | None = None, predicates: Sequence[str] | None = None,
+               iou_threshold: float = 0.5) -> tuple[dict, dict, dict, dict]:
+    """(metrics, per-predicate recall, support, bucket sizes) under SGB's evaluation.
+
+    ``boxes`` is (box_offsets, xyxy, labels) of the boxes the predictions index: None means the
+    GT boxes with their GT labels (predcls); GT boxes with predicted labels is sgcls; a detector's
+    boxes is sgdet. ``object_scores`` (one per such box) defaults to 1. ``predicates`` is the label
+    set in classifier order (P = its length); None takes the split's own predicates. Predicted
+    strings outside it are not scored (SGB's classifier has no column for them) and are counted
+    in ``n_unscored_triplets``; a (pair, predicate) listed twice is one entry at its best score.
+    """
+    from relate.metrics.recall import BUCKETS, bucket_of
+
+    off, xyxy, labels = boxes if boxes is not None else (gt.box_offsets, gt.boxes, gt.categories)
+    label_set = list(gt.predicates if predicates is None else predicates)
+    index = {str(p): i for i, p in enumerate(label_set)}
+    P = len(label_set)
+    gli = _label_index(gt.predicates, index)[gt.rel_predicate]
+    if (gli < 0).any():
+        missing = sorted({str(gt.predicates[c]) for c in gt.rel_predicate[gli < 0]})
+        raise ValueError(f"sgb: GT predicates {missing[:5]} are not in the label set of {P} predicates")
+    scores = (np.ones(int(off[-1]), np.float32) if object_scores is None
+              else np.asarray(object_scores, np.float32))
+    if scores.shape != (int(off[-1]),):
+        raise ValueError(f"sgb: object_scores has shape {scores.shape}; need one per box ({int(off[-1])},)")
+    pli = _label_index(preds.vocab, index)[preds.predicate] if preds.n else np.zeros(0, np.int64)
+    idx, rank, pair_img = sgb_rank(preds, pli, scores, off, graph_constrained=graph_constrained,
+                                   max_k=max(ks))
+    rep = gt.rel_repeats if gt.rel_repeats is not None else np.ones(gt.rel_image.size, np.int64)
+    # which GT rows each ranked prediction credits, through every label-and-IoU link of its boxes
+    limg, lp, lg = _links(gt, off, xyxy, labels, iou_threshold)
+    B = int(max(gt.max_boxes, int(np.diff(off).max(initial=0)), 1))
+    lkey = limg * B + lp
+    lorder = np.argsort(lkey, kind="stable")
+    img = preds.image[idx]
+    r1, j1 = expand_join(img * B + preds.subject[idx], lkey[lorder])
+    r2, j2 = expand_join(img[r1] * B + preds.object[idx[r1]], lkey[lorder])
+    row, gs, go = r1[r2], lg[lorder[j1[r2]]], lg[lorder[j2]]
+    gkey = ((gt.rel_image * B + gt.rel_subject) * B + gt.rel_object) * max(P, 1) + gli
+    gorder = np.argsort(gkey, kind="stable")
+    ckey = ((img[row] * B + gs) * B + go) * max(P, 1) + pli[idx[row]]
+    pos = np.minimum(np.searchsorted(gkey[gorder], ckey), max(gkey.size - 1, 0))
+    ok = gkey[gorder][pos] == ckey if gkey.size else np.zeros(ckey.size, bool)
+    hit_rank = np.full(gt.rel_image.size, np.inf)
+    np.minimum.at(hit_rank, gorder[pos[ok]], rank[row[ok]].astype(np.float64))
+    return _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, BUCKETS, bucket_of,
+                      n_unscored=int((pli < 0).sum()))
+
+
+def _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, buckets_def, bucket_of, n_unscored):
+    """R@K over scored images, mR@K over the label set; F1, wR and buckets as the paper defines them."""
+    P = len(label_set)
+    n_rows = np.bincount(gt.rel_image, rep, minlength=gt.n_images)
+    scored = (n_rows > 0) & (np.bincount(pair_img, minlength=gt.n_images) > 0)
+    use = scored[gt.rel_image]
+    group = gt.rel_image[use] * max(P, 1) + gli[use]
+    ug, ginv = np.unique(group, return_inverse=True)
+    g_pred = ug % max(P, 1)
+    g_n = np.bincount(ginv, rep[use], minlength=ug.size)
+    g_per_pred = np.bincount(g_pred, minlength=P)
+    support = np.bincount(gli, rep, minlength=P).astype(np.int64)
+    present = support > 0
+    w = np.where(present, np.log(max(support.sum(), 1) / np.maximum(support, 1)), 0.0)
+    if w.sum() <= 0:
+        w = present.astype(np.float64)
+    names = bucket_of(support)
+    metrics, per_pred = {}, {}
+    for k in ks:
+        h = (hit_rank < k) * rep.astype(np.float64)
+        r_img = np.bincount(gt.rel_image, h, minlength=gt.n_images)[scored] / n_rows[scored]
+        R = float(r_img.mean()) if r_img.size else float("nan")
+        g_r = np.bincount(ginv, h[use], minlength=ug.size) / np.maximum(g_n, 1)
+        r_c = np.bincount(g_pred, g_r, minlength=P) / np.maximum(g_per_pred, 1)  # no image: 0
+        mR = float(r_c.sum() / P) if P else float("nan")
+        metrics[f"R@{k}"], metrics[f"mR@{k}"] = R, mR
+        metrics[f"F1@{k}"] = 2 * R * mR / (R + mR) if (R + mR) > 0 else 0.0
+        metrics[f"wR@{k}"] = float((w * r_c).sum() / w.sum()) if present.any() else float("nan")
+        for name, _, _ in buckets_def:
+            m = present & (names == name)
+            metrics[f"{name}@{k}"] = float(r_c[m].mean()) if m.any() else float("nan")
+        per_pred[k] = {str(label_set[c]): float(r_c[c]) for c in range(P)}
+    metrics["n_images_scored"] = float(scored.sum())
+    metrics["n_predicates"] = float(P)
+    metrics["n_unscored_triplets"] = float(n_unscored)
+    n_cls = {name: int((present & (names == name)).sum()) for name, _, _ in buckets_def}
+    sup = {str(label_set[c]): int(support[c]) for c in np.flatnonzero(present)}
+    return metrics, per_pred, sup, n_cls
