@@ -122,9 +122,11 @@ class IngressDeployment:
             raise S.ApiError(422, "invalid_request", _cause(exc)) from None
         except RayActorError as exc:
             raise S.ApiError(503, "replica_failed", "the model replica failed while handling this request; "
-                                                    f"it is not retried automatically ({type(exc).__name__})") from None
+                                                    f"it is not retried automatically ({type(exc).__name__})",
+                             headers={"Retry-After": "1"}) from None
         except Exception as exc:  # noqa: BLE001  anything else from the model side
-            raise S.ApiError(503, "unavailable", f"model call failed: {type(exc).__name__}: {_cause(exc)}"[:300]) from None
+            raise S.ApiError(503, "unavailable", f"model call failed: {type(exc).__name__}: {_cause(exc)}"[:300],
+                             headers={"Retry-After": "1"}) from None
         if isinstance(out, dict) and "error" in out:
             raise S.ApiError(422, "invalid_request", out["error"])
         return out

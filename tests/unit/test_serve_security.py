@@ -291,6 +291,7 @@ def test_model_calls_are_never_replayed_and_backpressure_is_503():
     with pytest.raises(S.ApiError) as e:
         asyncio.run(cls._call(me, died, 1))
     assert died.calls == 1 and e.value.status_code == 503 and "not retried" in str(e.value.detail)
+    assert e.value.headers == {"Retry-After": "1"}
     full = Method(BackPressureError(num_queued_requests=4, max_queued_requests=4, retry_after_s=2.5))
     with pytest.raises(S.ApiError) as e:
         asyncio.run(cls._call(me, full))
