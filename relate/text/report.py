@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy.stats import skew
-from sklearn.metrics import roc_auc_score
 
 from relate.text.bank import TextBank
 
@@ -80,6 +78,8 @@ def geometry_report(bank: TextBank, groups, inverse_pairs: Sequence[tuple[str, s
                          f"{len(syn)} synonym and {len(inv)} inverse pairs among {len(bank)} strings")
     syn_cos, inv_cos = _pair_cosines(bank, syn), _pair_cosines(bank, inv)
     labels = np.r_[np.ones(len(syn_cos)), np.zeros(len(inv_cos))]
+    from sklearn.metrics import roc_auc_score  # here, not at import: loading a checkpoint imports relate.text
+
     auc = roc_auc_score(labels, np.r_[syn_cos, inv_cos])
 
     nn = knn_indices(bank.matrix, k)
@@ -90,6 +90,8 @@ def geometry_report(bank: TextBank, groups, inverse_pairs: Sequence[tuple[str, s
     grouped = group_id >= 0
     nn1 = float((group_id[nn[grouped, 0]] == group_id[grouped]).mean())
     in_degree = np.bincount(nn.ravel(), minlength=len(bank)).astype(np.float64)
+    from scipy.stats import skew
+
     # A flat in-degree (tiny banks) has no skew; scipy would warn and return noise.
     hub = float(skew(in_degree)) if in_degree.std() > 1e-9 * max(1.0, in_degree.mean()) else 0.0
     return {"encoder": bank.encoder, "dim": bank.dim, "n_strings": len(bank),
