@@ -10,7 +10,12 @@ baseline's exported output is scored by exactly the code that scores ours. Stage
    missing Parquet files of one system (GPU-sized tasks); this is where a trained model plugs in;
 3. score every (system, benchmark) cell (CPU tasks, ``num_cpus_per_task`` each);
 4. chance-correct, combine into OVS with leave-one-axis-out, and write ``results.json``, the
-   Table-3-style ``table.md`` and ``radar.png``.
+   Table-3-style ``table.md`` and ``radar.png``;
+5. under the ``paper`` protocol, ``per_image.parquet`` beside them (PER_IMAGE_SCHEMA): one row per
+   (system, benchmark, image, K) of every A1/A4 recall cell, whose ``recall`` averages to the
+   cell's R@K (``df[(df.system == s) & (df.benchmark == b) & (df.k == 50)].recall.mean()``) and
+   whose ``predicates`` terms give its mR@K (relate.metrics.per_image). ``results.json`` names the
+   file under ``per_image`` (null when no cell has rows, e.g. protocol ``sgb``).
 
 Every recall cell is graph-constrained unless the config says otherwise, and says which it is.
 """
@@ -38,12 +43,14 @@ from relate.metrics import (chance_correct, composite, evaluate_federated, evalu
                             recall_chance, shared_triplet_mass)
 from relate.metrics.openvocab import calibrate_synonym_threshold
 from relate.placement import ResourcesConfig, ray_remote_args
+from relate.schema import PER_IMAGE_SCHEMA, to_table
 
 __all__ = ["BenchmarkSpec", "SystemSpec", "InferenceSpec", "SynonymSpec", "OVSGGConfig", "score_cell",
            "axis_scores", "load_benchmark", "relate_api_predict", "main"]
 
 PredictFn = Callable[[pa.Table, list[str]], pa.Table]
 AXES = ("A1", "A2", "A3", "A4", "A5", "A6")
+PER_IMAGE_FILE = "per_image.parquet"
 
 
 class BenchmarkSpec(StrictConfig):
@@ -197,7 +204,8 @@ def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.
     gt = load_ground_truth(bench.corpus)
     V = spec.vocabulary_size or bench.vocabulary_size or int(gt.predicates.size)
     out: dict[str, Any] = {"axis": spec.axis, "benchmark": spec.name, "vocabulary_size": V}
-    rk: dict[str, Any] = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, matcher=cfg.matcher)
+    rk: dict[str, Any] = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, matcher=cfg.matcher,
+                              per_image=True)
     if cfg.protocol == "sgb":  # mR divides by the benchmark's whole predicate list
         rk = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, protocol="sgb",
                   predicates=list(bench.predicates))
@@ -206,15 +214,14 @@ def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.
         nb = dict(zip(gt.image_ids.tolist(), det.n_boxes.tolist()))
         preds = load_predictions(predictions, gt, n_boxes=nb)
         extra = {} if cfg.protocol == "sgb" else {"require_category": spec.require_category}  # sgb: labels always
-        out["recall"] = evaluate_recall(gt, preds, detections=det, iou_threshold=spec.iou_threshold,
-                                        **extra, **rk).to_dict()
+        _put_recall(out, evaluate_recall(gt, preds, detections=det, iou_threshold=spec.iou_threshold, **extra, **rk))
         out["pair_recall"] = pair_recall_ceiling(gt, det, iou_threshold=spec.iou_threshold,
                                                  one_to_one=cfg.matcher == "one_to_one" and cfg.protocol == "paper",
                                                  require_category=spec.require_category)
         return out
     preds = load_predictions(predictions, gt)
     if spec.axis == "A1":
-        out["recall"] = evaluate_recall(gt, preds, **rk).to_dict()
+        _put_recall(out, evaluate_recall(gt, preds, **rk))
         if train is not None:
             train = pq.read_table(train) if isinstance(train, str) else train
             out["triplet_mass"] = shared_triplet_mass(train, bench.corpus)
@@ -239,6 +246,24 @@ def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.
                                                 vocabulary_size=spec.vocabulary_size)
         out["open_vocab"]["threshold"] = matcher.threshold
     return out
+
+
+def _put_recall(out: dict, r) -> None:
+    """The recall report goes into the cell; its per-image rows ride along under ``_per_image``
+    until main() writes them to PER_IMAGE_FILE (they stay out of results.json)."""
+    out["recall"] = r.to_dict()
+    if r.per_image is not None:
+        out["_per_image"] = [{"benchmark": out["benchmark"], "axis": out["axis"], **row} for row in r.per_image]
+
+
+def _write_per_image(cells: dict[tuple[str, str], dict], path: Path) -> str | None:
+    """Pop every cell's per-image rows into one Parquet file (a ``system`` column added); its name."""
+    rows = [{"system": s, **row} for (s, _), c in cells.items() for row in c.pop("_per_image", [])]
+    if not rows:
+        path.unlink(missing_ok=True)  # no stale rows from an earlier run in the same folder
+        return None
+    pq.write_table(to_table(rows, PER_IMAGE_SCHEMA, table=path.name), path)
+    return path.name
 
 
 def _cell_axis(c: dict, k: int) -> tuple[float, float]:
@@ -389,6 +414,7 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
     jobs = {(s, b): stages.submit("score", f"{s}/{b}", specs[b], benches[b], p, cfg, train[s])
             for s, ps in preds.items() for b, p in ps.items()}
     done = dict(zip(jobs, stages.gather(list(jobs.values()), "cells"))) if jobs else {}
+    per_image = _write_per_image(done, out / PER_IMAGE_FILE)
     systems: dict[str, dict] = {}
     for s in cfg.systems:
         cells = [done[(s.name, b.name)] for b in cfg.benchmarks if (s.name, b.name) in done]
@@ -401,6 +427,7 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
                            "mode": "graph_constrained" if cfg.graph_constrained else "unconstrained",
                            "matcher": cfg.matcher if cfg.protocol == "paper" else "legacy",
                            "headline_k": cfg.headline_k},
+              "per_image": per_image,
               "systems": systems, "leave_one_axis_out": leave_one_axis_out(norm) if norm else []}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=_json_default))
     write_table(result, cfg, out / "table.md")

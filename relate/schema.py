@@ -6,6 +6,8 @@ Tables (all per image, one row per image, lists inside):
 * ``corpus``      ``images`` columns + ``relations`` (kept relations, annotator's own strings).
 * ``rejections``  ``image_id`` + ``rejected`` (relation, the gate rule that fired, the pass).
 * ``predictions`` ``image_id`` + ``triplets`` (scored subject/object/predicate with channel scores).
+* ``per_image``   evaluation output, one row per (system, benchmark, image, K): the image's recall
+                  hits and its mR terms (relate.metrics.per_image), tagged with the protocol.
 
 Validation is vectorised over the flattened list columns and reports the first bad values by
 table, row, field and ``image_id`` so that a broken shard can be found without a debugger.
@@ -22,7 +24,8 @@ import pyarrow.compute as pc
 
 __all__ = [
     "BOX_TYPE", "RELATION_TYPE", "REJECTION_TYPE", "TRIPLET_TYPE",
-    "IMAGE_SCHEMA", "CORPUS_SCHEMA", "REJECTIONS_SCHEMA", "PREDICTIONS_SCHEMA",
+    "PREDICATE_HITS_TYPE", "IMAGE_SCHEMA", "CORPUS_SCHEMA", "REJECTIONS_SCHEMA", "PREDICTIONS_SCHEMA",
+    "PER_IMAGE_SCHEMA",
     "PASSES", "GATE_OUTCOMES", "SchemaError",
     "validate_images", "validate_corpus", "validate_rejections", "validate_predictions",
     "to_table",
@@ -66,6 +69,24 @@ REJECTIONS_SCHEMA = pa.schema([
 PREDICTIONS_SCHEMA = pa.schema([
     pa.field("image_id", pa.string(), nullable=False),
     pa.field("triplets", pa.list_(TRIPLET_TYPE), nullable=False),
+])
+
+# one mR@K term: the image's GT triplets of one predicate and how many were credited within K
+PREDICATE_HITS_TYPE = pa.struct([("predicate", pa.string()), ("hits", pa.int32()), ("n_gt", pa.int32())])
+PER_IMAGE_SCHEMA = pa.schema([
+    pa.field("system", pa.string(), nullable=False),
+    pa.field("benchmark", pa.string(), nullable=False),
+    pa.field("axis", pa.string(), nullable=False),
+    pa.field("protocol", pa.string(), nullable=False),
+    pa.field("mode", pa.string(), nullable=False),
+    pa.field("matcher", pa.string(), nullable=False),
+    pa.field("box_source", pa.string(), nullable=False),
+    pa.field("image_id", pa.string(), nullable=False),
+    pa.field("k", pa.int32(), nullable=False),
+    pa.field("n_gt", pa.int32(), nullable=False),
+    pa.field("hits", pa.int32(), nullable=False),
+    pa.field("recall", pa.float64(), nullable=False),
+    pa.field("predicates", pa.list_(PREDICATE_HITS_TYPE), nullable=False),
 ])
 
 

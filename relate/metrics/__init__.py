@@ -1,6 +1,7 @@
 """OV-SGG-Bench metrics (seed 001, sections 5-6, App. D), vectorised over flattened tables.
 
-One concept per module: recall (R/mR/F1/wR@K, buckets, matchers), sgb (Scene-Graph-Benchmark's
+One concept per module: recall (R/mR/F1/wR@K, buckets, matchers), per_image (the
+per-image rows R@K and mR@K average), sgb (Scene-Graph-Benchmark's
 evaluation, the ``sgb`` protocol), pairs (pair-recall ceiling),
 mass (shared triplet mass), baseline (frequency baseline), edges (per-edge accuracy and join),
 federated (fAP, P-AUC, coverage), openvocab (synonym matching, MRR, median rank), spatial
@@ -19,6 +20,7 @@ from relate.metrics.federated import LabelledCells, evaluate_federated, load_cel
 from relate.metrics.mass import shared_triplet_mass
 from relate.metrics.openvocab import SynonymMatcher, calibrate_synonym_threshold, evaluate_open_vocab, rank_of_truth
 from relate.metrics.pairs import pair_recall_ceiling
+from relate.metrics.per_image import aggregate_per_image, per_image_recall
 from relate.metrics.priors import prior_violation_check
 from relate.metrics.recall import MATCHERS, RecallResult, evaluate_recall, rank_predictions
 from relate.metrics.sgb import PROTOCOLS, sgb_iou, sgb_recall
@@ -27,7 +29,7 @@ from relate.metrics.spatial import evaluate_spatial, spatial_auc
 __all__ = [
     "GroundTruth", "Predictions", "Detections", "LabelledCells", "load_ground_truth", "load_predictions",
     "load_detections", "load_cells", "box_map", "MATCHERS", "PROTOCOLS", "sgb_iou", "sgb_recall",
-    "RecallResult", "evaluate_recall",
+    "RecallResult", "evaluate_recall", "per_image_recall", "aggregate_per_image",
     "rank_predictions", "pair_recall_ceiling", "shared_triplet_mass", "FrequencyBaseline",
     "fit_frequency_baseline", "edge_accuracy", "edge_correct", "edge_join", "evaluate_federated",
     "score_cells", "SynonymMatcher", "calibrate_synonym_threshold", "evaluate_open_vocab", "rank_of_truth",

@@ -32,6 +32,7 @@ import numpy as np
 
 from relate.metrics._boxmatch import Detections, box_map, greedy_one_to_one
 from relate.metrics._tables import GroundTruth, Predictions, expand_join, group_first
+from relate.metrics.per_image import per_image_recall
 from relate.metrics.sgb import PROTOCOLS, sgb_recall
 
 __all__ = ["MATCHERS", "PROTOCOLS", "BUCKETS", "RecallResult", "rank_predictions", "match_triplets",
@@ -63,6 +64,8 @@ class RecallResult:
     support: dict[str, int] = field(default_factory=dict)
     n_cls: dict[str, int] = field(default_factory=dict)
     protocol: str = "paper"   # "paper" | "sgb"
+    # per-image rows (relate.metrics.per_image, PER_IMAGE_SCHEMA) when asked for; not in to_dict
+    per_image: list[dict] | None = None
 
     def to_dict(self) -> dict:
         return {"protocol": self.protocol, "mode": self.mode, "matcher": self.matcher, "box_source": self.box_source,
@@ -231,7 +234,7 @@ def evaluate_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int] = 
                     require_category: bool = False,
                     predicate_match: np.ndarray | None = None, protocol: str = "paper",
                     predicates: Sequence[str] | None = None,
-                    object_scores: np.ndarray | None = None) -> RecallResult:
+                    object_scores: np.ndarray | None = None, per_image: bool = False) -> RecallResult:
     """The full recall report of one system on one split.
 
     ``paper``: with ``detections=None`` the predictions index the GT boxes and matching is by
@@ -239,6 +242,7 @@ def evaluate_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int] = 
     defaults to ``one_to_one``. ``sgb``: boxes always link by IoU and label (sgcls: pass the GT
     boxes with predicted labels as ``detections``), ``predicates`` is the label set whose size
     divides mR (default: the split's predicates), ``object_scores`` one score per indexed box.
+    ``per_image`` (``paper`` only) also returns the rows R@K and mR@K average, in ``.per_image``.
     """
     ks = tuple(sorted(int(k) for k in ks))
     if not ks or ks[0] <= 0:
@@ -248,6 +252,8 @@ def evaluate_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int] = 
     mode = "graph_constrained" if graph_constrained else "unconstrained"
     source = "gt" if detections is None else "detector"
     if protocol == "sgb":
+        if per_image:
+            raise ValueError("per_image rows exist for protocol 'paper' only; got protocol 'sgb'")
         if matcher not in (None, "legacy"):
             raise ValueError(f"protocol 'sgb' credits many-to-many (matcher 'legacy'); got matcher {matcher!r}")
         if predicate_match is not None:
@@ -271,4 +277,8 @@ def evaluate_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int] = 
     metrics, per_pred, sup, n_cls = recall_from_hits(gt, hit, ks)
     metrics["n_images"] = float(gt.n_images)
     metrics["n_relations"] = float(gt.rel_image.size)
-    return RecallResult(mode, matcher, source, ks, metrics, per_pred, sup, n_cls, protocol="paper")
+    rows = None
+    if per_image:  # the same hit ranks as the report, so the rows add up to it exactly
+        tag = {"protocol": "paper", "mode": mode, "matcher": matcher, "box_source": source}
+        rows = [{**tag, **r} for r in per_image_recall(gt, hit, ks)]
+    return RecallResult(mode, matcher, source, ks, metrics, per_pred, sup, n_cls, protocol="paper", per_image=rows)

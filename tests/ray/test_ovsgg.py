@@ -138,6 +138,14 @@ def test_ovsgg_end_to_end_on_ray(ray_session, suite, capsys):
     assert "| axis | measure | ours | freq | note |" in table and "OVS composite" in table
     assert "graph-constrained" in table and "Leave-one-axis-out" in table and "pair-recall ceiling" in table
     assert [r["withheld"] for r in res["leave_one_axis_out"]] == ["none", "A1", "A2", "A4", "A6"]
+    # per-image rows of every A1/A4 recall cell, adding up to the reported R@50
+    assert saved["per_image"] == "per_image.parquet"
+    df = pq.read_table(out / saved["per_image"]).to_pandas()
+    assert set(zip(df.system, df.benchmark)) == {(s, b) for s in ("ours", "freq") for b in ("vg150", "psg", "psg_det")}
+    for s in ("ours", "freq"):
+        for b in ("vg150", "psg", "psg_det"):
+            at50 = df[(df.system == s) & (df.benchmark == b) & (df.k == 50)]
+            assert at50.recall.mean() == pytest.approx(saved["systems"][s]["cells"][b]["recall"]["metrics"]["R@50"])
 
 
 def test_ovsgg_bad_prediction_file_names_file_and_row(ray_session, suite, tmp_path):

@@ -109,3 +109,39 @@ def test_axis_scores_and_report(tmp_path):
     write_radar(result, tmp_path / "r.png")
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     assert np.isfinite(comp["ovs"])
+
+
+def test_per_image_parquet_beside_results(tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from eval_jobs.ovsgg import main
+    from relate.schema import PER_IMAGE_SCHEMA
+
+    write_psg(_corpus(), tmp_path / "psg", segments=False)
+    spec = BenchmarkSpec(name="psg", axis="A1", reader="psg", path=str(tmp_path / "psg"))
+    # c0, c1 find both relations, c2 only 'on top of', c3 nothing: R@50 = (1 + 1 + .5 + 0) / 4
+    tri = [{"subject": 0, "object": 1, "predicate": "on top of", "score": .9, "spatial_score": None,
+            "semantic_score": None},
+           {"subject": 2, "object": 1, "predicate": "next to", "score": .8, "spatial_score": None,
+            "semantic_score": None}]
+    pq.write_table(to_table([{"image_id": f"c{i}", "triplets": [tri, tri, tri[:1], []][i]} for i in range(4)],
+                            PREDICTIONS_SCHEMA), tmp_path / "p.parquet")
+    cfg = OVSGGConfig(out_dir=str(tmp_path / "out"), benchmarks=[spec], use_ray=False,
+                      systems=[SystemSpec(name="s", predictions={"psg": str(tmp_path / "p.parquet")})])
+    main(cfg)
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["per_image"] == "per_image.parquet"
+    assert "_per_image" not in saved["systems"]["s"]["cells"]["psg"]
+    t = pq.read_table(tmp_path / "out" / saved["per_image"])
+    assert t.schema.equals(PER_IMAGE_SCHEMA)
+    df = t.to_pandas()
+    at50 = df[(df.system == "s") & (df.benchmark == "psg") & (df.k == 50)]
+    assert len(at50) == 4 and set(at50.protocol) == {"paper"}
+    r50 = saved["systems"]["s"]["cells"]["psg"]["recall"]["metrics"]["R@50"]
+    assert at50.recall.mean() == pytest.approx(r50) == pytest.approx(0.625)
+    # sgb keeps its per-image state inside its own loop: no rows, and no stale file left behind
+    main(cfg.model_copy(update={"protocol": "sgb"}))
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["per_image"] is None
+    assert not (tmp_path / "out" / "per_image.parquet").exists()

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from relate.metrics import evaluate_recall, load_detections, load_ground_truth, load_predictions
-from relate.schema import CORPUS_SCHEMA, IMAGE_SCHEMA, PREDICTIONS_SCHEMA, SchemaError, to_table
+from relate.metrics import aggregate_per_image, evaluate_recall, load_detections, load_ground_truth, load_predictions
+from relate.schema import CORPUS_SCHEMA, IMAGE_SCHEMA, PER_IMAGE_SCHEMA, PREDICTIONS_SCHEMA, SchemaError, to_table
 
 
 def _box(x1, y1, x2, y2, cat=None):
@@ -280,3 +280,58 @@ def test_row_wise_ranking_equals_global_ranking(world, gc, k):
     a_idx, a_rank = rank_predictions(p, graph_constrained=gc, max_k=k)
     b_idx, b_rank = rank_predictions(replace(p, offsets=None), graph_constrained=gc, max_k=k)
     assert sorted(zip(a_idx.tolist(), a_rank.tolist())) == sorted(zip(b_idx.tolist(), b_rank.tolist()))
+
+
+# ---------------------------------------------------------------- per-image rows (issue 15)
+
+def _terms(row):
+    return {t["predicate"]: (t["hits"], t["n_gt"]) for t in row["predicates"]}
+
+
+def test_per_image_rows_hand_computed():
+    gt = load_ground_truth(_gt_hand())
+    r = evaluate_recall(gt, load_predictions(_pred_hand(), gt), ks=(1, 2), per_image=True)
+    rows = {(x["image_id"], x["k"]): x for x in r.per_image}
+    assert set(rows) == {("A", 1), ("A", 2), ("B", 1), ("B", 2)}
+    # A: GC ranks on(0,1)=0, near(1,2)=1, above(0,2)=2; B: holding(1,0)=0, holding(0,1)=1
+    assert (rows["A", 1]["n_gt"], rows["A", 1]["hits"]) == (3, 1) and rows["A", 1]["recall"] == pytest.approx(1 / 3)
+    assert (rows["A", 2]["hits"], rows["B", 1]["hits"], rows["B", 2]["hits"]) == (2, 0, 1)
+    assert _terms(rows["A", 1]) == {"on": (1, 2), "near": (0, 1)}
+    assert _terms(rows["A", 2]) == {"on": (1, 2), "near": (1, 1)}
+    assert _terms(rows["B", 2]) == {"holding": (1, 1)}  # the duplicate annotation counts once
+    assert {x["protocol"] for x in r.per_image} == {"paper"} and rows["A", 1]["mode"] == "graph_constrained"
+    for k in (1, 2):
+        agg = aggregate_per_image(r.per_image, k)
+        assert agg[f"R@{k}"] == pytest.approx(r.metrics[f"R@{k}"])
+        assert agg[f"mR@{k}"] == pytest.approx(r.metrics[f"mR@{k}"])
+    table = to_table([{"system": "s", "benchmark": "b", "axis": "A1", **x} for x in r.per_image], PER_IMAGE_SCHEMA)
+    assert table.num_rows == 4 and "per_image" not in r.to_dict()
+
+
+def test_per_image_rows_detector_boxes_add_up():
+    gt_t, det_t, pred_t = _detection_case()
+    gt = load_ground_truth(gt_t)
+    det = load_detections(det_t, gt)
+    preds = load_predictions(pred_t, gt, n_boxes={"A": 3})
+    for matcher in ("legacy", "one_to_one"):
+        r = evaluate_recall(gt, preds, ks=(2,), detections=det, matcher=matcher, per_image=True)
+        assert r.per_image[0]["box_source"] == "detector" and r.per_image[0]["matcher"] == matcher
+        assert aggregate_per_image(r.per_image, 2)["R@2"] == pytest.approx(r.metrics["R@2"])
+
+
+def test_per_image_rows_refused_for_sgb():
+    gt = load_ground_truth(_gt_hand())
+    with pytest.raises(ValueError, match="paper"):
+        evaluate_recall(gt, load_predictions(_pred_hand(), gt), protocol="sgb", per_image=True)
+
+
+@_SET
+@given(_world(), st.booleans(), st.sampled_from(["one_to_one", "legacy"]))
+def test_per_image_rows_aggregate_to_the_report(world, gc, matcher):
+    imgs, preds = world
+    gt = load_ground_truth(to_table(imgs, CORPUS_SCHEMA))
+    r = evaluate_recall(gt, load_predictions(to_table(preds, PREDICTIONS_SCHEMA), gt), ks=(1, 3, 10),
+                        graph_constrained=gc, matcher=matcher, per_image=True)
+    assert len(r.per_image) == 3 * int((np.bincount(gt.rel_image, minlength=gt.n_images) > 0).sum())
+    for k in (1, 3, 10):
+        _same(aggregate_per_image(r.per_image, k), {f"R@{k}": r.metrics[f"R@{k}"], f"mR@{k}": r.metrics[f"mR@{k}"]})
