@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sklearn.metrics import average_precision_score, roc_auc_score
 
 from relate.metrics._tables import GroundTruth, Predictions, encode_strings, expand_join
 from relate.metrics.recall import bucket_of
@@ -96,6 +95,8 @@ def federated_scores(cells: LabelledCells, score: np.ndarray, covered: np.ndarra
                      min_support: int = 5) -> dict:
     """Per-predicate AP and ROC-AUC over the labelled cells; means over predicates with at least
     ``min_support`` positives (and a negative), split into support buckets by positive count."""
+    from sklearn.metrics import average_precision_score, roc_auc_score  # ~1.5 s: only where scores are made
+
     preds = np.unique(cells.predicate.astype(str))
     per_ap, per_auc, n_pos = {}, {}, {}
     for p in preds:

@@ -13,7 +13,6 @@ from itertools import combinations
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
-from sklearn.metrics import roc_curve
 
 from relate.metrics._tables import GroundTruth, Predictions, expand_join
 from relate.metrics.recall import evaluate_recall
@@ -87,6 +86,8 @@ def calibrate_synonym_threshold(embed: Embed, groups: Mapping[str, Sequence[str]
     uniq = sorted(set(a) | set(b))
     emb = dict(zip(uniq, _unit(embed(uniq))))  # embed each string once
     cos = np.array([float(emb[x] @ emb[z]) for x, z in zip(a, b)])
+    from sklearn.metrics import roc_curve  # ~1.5 s: only where a threshold is calibrated
+
     fpr, tpr, thr = roc_curve(y, cos)
     j = tpr - fpr
     best = int(np.argmax(j[1:]) + 1)  # thr[0] is +inf by convention
