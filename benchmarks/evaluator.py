@@ -7,6 +7,8 @@ Figures:
 * ``speedup_vs_loop``  the per-image Python loop of benchmarks._loop_baseline divided by the
   vectorised evaluator on the same images, after asserting that both give the same numbers.
   The loop is timed from ready-made Python lists (its conversion is not charged to it).
+* ``metrics_import_s``  seconds ``import relate.metrics`` adds to a fresh interpreter that has
+  numpy and pyarrow (goal: under 1 s; it imports no torch and no scikit-learn).
 """
 
 from __future__ import annotations
@@ -92,7 +94,23 @@ def _assert_same(a: dict, b: dict) -> None:
             raise AssertionError(f"vectorised and loop evaluators disagree on {k}: {w} vs {v}")
 
 
+def metrics_import_s(repeats: int) -> float:
+    """Seconds to ``import relate.metrics`` in a fresh interpreter, minus the bare interpreter's
+    start (best of ``repeats``): what a scoring job pays before it reads a file."""
+    import subprocess
+    import sys
+
+    def run(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - t0
+
+    bare = min(run("import numpy, pyarrow") for _ in range(repeats))
+    return max(0.0, min(run("import numpy, pyarrow, relate.metrics") for _ in range(repeats)) - bare)
+
+
 def measure(quick: bool) -> dict[str, float]:
+    import_s = metrics_import_s(2 if quick else 5)
     corpus, preds = make_data(10_000)
     t0 = time.perf_counter()
     full = vectorised(corpus, preds)
@@ -114,6 +132,7 @@ def measure(quick: bool) -> dict[str, float]:
     if n_loop == 10_000:
         _assert_same(full, loop)
     return {"eval_10k_images_s": round(eval_s, 3), "speedup_vs_loop": round(loop_s / vec_s, 2),
+            "metrics_import_s": round(import_s, 3),
             "loop_images": float(n_loop), "triplets_10k": float(10_000 * N_PAIRS * PER_PAIR),
             "R@50": round(full["R@50"], 4), "mR@50": round(full["mR@50"], 4)}
 
