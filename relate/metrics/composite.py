@@ -7,6 +7,15 @@ detector's pair-recall ceiling and A5 by the information in the images' own anno
 the harmonic mean over A1, A2, A4, A5 and A6 (A5 only when present), which imbalance drags down;
 it is printed with the arithmetic mean, the weakest axis and balance = OVS / arithmetic, and is
 comparable only between systems scored on the same axis set.
+
+What this reproduces of the paper, and what not (tests/unit/test_metrics_composite.py). Fed the
+published cells, these functions match Tab. 21's A4-withheld row for both systems (OvSGTR 22.9,
+RelateAnything 45.4 against 45.3, inside the cells' rounding). Every value that keeps A4 does not
+match. Dividing wR@50 by the 0.696 ceiling, as Tab. 3 says, puts A4 at 0.057 for OvSGTR and its
+OVS at 14.3 where Tab. 3 and 21 print 11.8; for RelateAnything A4 is 0.287 and OVS 40.7 where they
+print 40.1. Tab. 21's six rows fit OvSGTR only if its A4 is the undivided wR@50, 0.040, and fit
+RelateAnything only if its A4 lies near 0.27, neither raw (0.200) nor the ratio. This module keeps
+Tab. 3's rule and does not fit the table.
 """
 
 from __future__ import annotations
