@@ -1,8 +1,8 @@
 """OV-SGG-Bench metrics (seed 001, sections 5-6, App. D), vectorised over flattened tables.
 
 One concept per module: recall (R/mR/F1/wR@K, buckets, matchers), per_image (the
-per-image rows R@K and mR@K average), sgb (Scene-Graph-Benchmark's
-evaluation, the ``sgb`` protocol), pairs (pair-recall ceiling),
+per-image rows R@K and mR@K average), bootstrap (their intervals over images and paired
+differences), sgb (Scene-Graph-Benchmark's evaluation, the ``sgb`` protocol), pairs (pair-recall ceiling),
 mass (shared triplet mass), baseline (frequency baseline), edges (per-edge accuracy and join),
 federated (fAP, P-AUC, coverage), openvocab (synonym matching, MRR, median rank), spatial
 (macro / pooled AUC), composite (chance correction, OVS), calibration (Platt, ECE), priors (H.3).
@@ -11,6 +11,8 @@ federated (fAP, P-AUC, coverage), openvocab (synonym matching, MRR, median rank)
 from relate.metrics._boxmatch import Detections, box_map, load_detections
 from relate.metrics._tables import GroundTruth, Predictions, load_ground_truth, load_predictions
 from relate.metrics.baseline import FrequencyBaseline, fit_frequency_baseline
+from relate.metrics.bootstrap import (CellBootstrap, CellRows, Difference, Interval, PairedBootstrap,
+                                      bootstrap_cell, cell_rows, paired_bootstrap)
 from relate.metrics.calibration import (PlattParams, apply_platt, expected_calibration_error, fit_platt,
                                         platt_out_of_fold)
 from relate.metrics.composite import (COMPOSITE_AXES, Composite, chance_correct, composite, harmonic_mean,
@@ -30,6 +32,8 @@ __all__ = [
     "GroundTruth", "Predictions", "Detections", "LabelledCells", "load_ground_truth", "load_predictions",
     "load_detections", "load_cells", "box_map", "MATCHERS", "PROTOCOLS", "sgb_iou", "sgb_recall",
     "RecallResult", "evaluate_recall", "per_image_recall", "aggregate_per_image",
+    "CellRows", "Interval", "Difference", "CellBootstrap", "PairedBootstrap", "cell_rows", "bootstrap_cell",
+    "paired_bootstrap",
     "rank_predictions", "pair_recall_ceiling", "shared_triplet_mass", "FrequencyBaseline",
     "fit_frequency_baseline", "edge_accuracy", "edge_correct", "edge_join", "evaluate_federated",
     "score_cells", "SynonymMatcher", "calibrate_synonym_threshold", "evaluate_open_vocab", "rank_of_truth",

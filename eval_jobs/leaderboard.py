@@ -1,0 +1,202 @@
+"""Leaderboard over OV-SGG-Bench runs with bootstrap intervals (issue 15, deliverable 5).
+
+    python -m eval_jobs.leaderboard RUN_DIR [RUN_DIR ...] --out DIR [--k 50 --resamples 1000 --seed 0]
+
+Reads each run's ``results.json`` and the ``per_image.parquet`` it names (``paper`` protocol
+runs of ``eval_jobs.ovsgg``) and writes into ``--out``:
+
+* ``leaderboard.md``: per benchmark cell, one row per (system, run) with R@K and mR@K and their
+  percentile intervals over images; then the pairwise differences between the entries on the same
+  benchmark and setting, paired on their shared image_ids, with interval, p and significance
+  (the interval excludes 0);
+* ``leaderboard.csv`` (the entries) and ``leaderboard_pairs.csv`` (the differences).
+
+Intervals say how much R@K would move on another draw of images of the same kind: two systems
+whose intervals overlap may still differ reliably, which is what the paired section tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from eval_jobs.report import format_pct
+from relate.config import StrictConfig, dump_config
+from relate.metrics.bootstrap import CellRows, align_cells, bootstrap_cell, cell_rows, paired_bootstrap
+
+__all__ = ["LeaderboardConfig", "LeaderboardResult", "main"]
+
+_SETTING = ("axis", "mode", "matcher", "box_source")
+
+
+class LeaderboardConfig(StrictConfig):
+    runs: list[str] = Field(..., min_length=1, description="run folders of eval_jobs.ovsgg, each with results.json and per_image.parquet")
+    out_dir: str = Field("runs/leaderboard", description="folder for leaderboard.md, leaderboard.csv, leaderboard_pairs.csv and the resolved config")
+    k: int = Field(50, gt=0, description="the K of R@K and mR@K (must be one of the runs' per-image Ks)")
+    resamples: int = Field(1000, ge=1, description="bootstrap resamples of the images per cell and per pair")
+    seed: int = Field(0, description="seed of the image resampling (the same draws for every cell of equal size)")
+    confidence: float = Field(0.95, gt=0.0, lt=1.0, description="coverage of the percentile intervals")
+
+
+@dataclass
+class LeaderboardResult:
+    entries: list[dict]
+    pairs: list[dict]
+    markdown: str
+    out_dir: str
+
+
+@dataclass
+class _Cell:
+    system: str
+    run: str
+    benchmark: str
+    setting: tuple[str, ...]
+    rows: CellRows
+    source: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.system} ({self.run})"
+
+
+def _load_run(run: Path, label: str, k: int) -> list[_Cell]:
+    """The run's cells at K from the per-image file its results.json names."""
+    res_path = run / "results.json"
+    if not res_path.is_file():
+        raise FileNotFoundError(f"{res_path}: no results.json (is {run} an eval_jobs.ovsgg run folder?)")
+    result = json.loads(res_path.read_text())
+    name = result.get("per_image")
+    if not name:
+        proto = result.get("protocol", {}).get("name", "?")
+        raise ValueError(f"{res_path} names no per_image.parquet (protocol {proto!r}); the leaderboard needs "
+                         "per-image rows, which only the 'paper' protocol writes")
+    path = run / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: named by {res_path} but missing")
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    ks: set[int] = set()
+    for r in pq.read_table(path).to_pylist():
+        ks.add(int(r["k"]))
+        groups[(r["system"], r["benchmark"], *(r[f] for f in _SETTING))].append(r)
+    cells = [_Cell(key[0], label, key[1], tuple(key[2:]), cell_rows(rows, k), str(path))
+             for key, rows in sorted(groups.items())]
+    cells = [c for c in cells if c.rows.n_images > 0]
+    if not cells:
+        raise ValueError(f"{path} has no rows at K={k}; its Ks are {sorted(ks)}")
+    return cells
+
+
+def _labels(runs: Sequence[str]) -> list[str]:
+    """Folder names, or the paths as given where two runs share a folder name."""
+    names = [Path(r).name or r for r in runs]
+    return names if len(set(names)) == len(names) else list(runs)
+
+
+def _entry(c: _Cell, cfg: LeaderboardConfig) -> dict:
+    b = bootstrap_cell(c.rows, cfg.resamples, cfg.seed, cfg.confidence)
+    return {"benchmark": c.benchmark, **dict(zip(_SETTING, c.setting)), "system": c.system, "run": c.run,
+            "n_images": b.n_images, "R": b.recall.estimate, "R_low": b.recall.low, "R_high": b.recall.high,
+            "mR": b.mean_recall.estimate, "mR_low": b.mean_recall.low, "mR_high": b.mean_recall.high}
+
+
+def _pair(a: _Cell, b: _Cell, cfg: LeaderboardConfig) -> dict:
+    try:
+        align_cells(a.rows, b.rows)
+    except ValueError:
+        raise ValueError(f"cells {a.name} and {b.name} on benchmark {a.benchmark!r} share no image_id "
+                         f"({a.source}, {b.source}); they cannot be compared image by image") from None
+    d = paired_bootstrap(a.rows, b.rows, cfg.resamples, cfg.seed, cfg.confidence)
+    out = {"benchmark": a.benchmark, **dict(zip(_SETTING, a.setting)), "a": a.name, "b": b.name,
+           "n_images": d.n_images}
+    for tag, x in (("R", d.recall), ("mR", d.mean_recall)):
+        out |= {f"d{tag}": x.estimate, f"d{tag}_low": x.low, f"d{tag}_high": x.high, f"p_{tag}": x.p_value,
+                f"significant_{tag}": x.significant}
+    return out
+
+
+def _ci(lo: float, hi: float) -> str:
+    return f"[{format_pct(lo)}, {format_pct(hi)}]"
+
+
+def _markdown(entries: list[dict], pairs: list[dict], cfg: LeaderboardConfig) -> str:
+    k, pc = cfg.k, f"{100 * cfg.confidence:g}%"
+    lines = [f"# Leaderboard (K={k})", "",
+             f"Percentile bootstrap over images: {cfg.resamples} resamples, seed {cfg.seed}, {pc} intervals; "
+             "values in %.", ""]
+    by_cell: dict[tuple, list[dict]] = defaultdict(list)
+    for e in entries:
+        by_cell[(e["benchmark"], *(e[f] for f in _SETTING))].append(e)
+    for key, es in by_cell.items():
+        lines += [f"## {key[0]} ({', '.join(key[1:])})", "",
+                  f"| system | run | images | R@{k} | {pc} CI | mR@{k} | {pc} CI |", "|---|---|---:|---:|---|---:|---|"]
+        lines += [f"| {e['system']} | {e['run']} | {e['n_images']} | {format_pct(e['R'])} | {_ci(e['R_low'], e['R_high'])} "
+                  f"| {format_pct(e['mR'])} | {_ci(e['mR_low'], e['mR_high'])} |" for e in es]
+        lines.append("")
+    lines += ["## Pairwise differences", "",
+              "A − B, paired on the images both hold; significant: the interval excludes 0.", ""]
+    if not pairs:
+        lines += ["No benchmark has two entries to compare.", ""]
+        return "\n".join(lines)
+    lines += [f"| benchmark | A | B | images | ΔR@{k} | {pc} CI | p | significant | ΔmR@{k} | {pc} CI | p | significant |",
+              "|---|---|---|---:|---:|---|---:|---|---:|---|---:|---|"]
+    for p in pairs:
+        cols = [p["benchmark"], p["a"], p["b"], str(p["n_images"])]
+        for t in ("R", "mR"):
+            cols += [format_pct(p[f"d{t}"]), _ci(p[f"d{t}_low"], p[f"d{t}_high"]), f"{p[f'p_{t}']:.3f}",
+                     "yes" if p[f"significant_{t}"] else "no"]
+        lines.append("| " + " | ".join(cols) + " |")
+    return "\n".join(lines + [""])
+
+
+def _write_csv(rows: list[dict], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        if rows:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+def main(cfg: LeaderboardConfig) -> LeaderboardResult:
+    """Bootstrap every cell of every run and every same-benchmark pair; write the tables."""
+    cells = [c for run, label in zip(cfg.runs, _labels(cfg.runs)) for c in _load_run(Path(run), label, cfg.k)]
+    entries = sorted((_entry(c, cfg) for c in cells),
+                     key=lambda e: (e["benchmark"], *(e[f] for f in _SETTING), -e["R"], e["system"], e["run"]))
+    by_cell: dict[tuple, list[_Cell]] = defaultdict(list)
+    for c in cells:
+        by_cell[(c.benchmark, *c.setting)].append(c)
+    pairs = [_pair(a, b, cfg) for _, cs in sorted(by_cell.items())
+             for i, a in enumerate(cs) for b in cs[i + 1:]]
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dump_config(cfg, out / "config.yaml")
+    md = _markdown(entries, pairs, cfg)
+    (out / "leaderboard.md").write_text(md)
+    _write_csv(entries, out / "leaderboard.csv")
+    _write_csv(pairs, out / "leaderboard_pairs.csv")
+    return LeaderboardResult(entries, pairs, md, str(out))
+
+
+def _parse(argv: Sequence[str] | None = None) -> LeaderboardConfig:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="eval_jobs.ovsgg run folders")
+    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--k", type=int, default=50)
+    ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--confidence", type=float, default=0.95)
+    a = ap.parse_args(argv)
+    return LeaderboardConfig(runs=a.runs, out_dir=a.out, k=a.k, resamples=a.resamples, seed=a.seed,
+                             confidence=a.confidence)
+
+
+if __name__ == "__main__":
+    print(main(_parse()).markdown)
