@@ -3,7 +3,7 @@ dashboard start their own cluster).
 
 The Serve proxy of this instance runs as it does on a cluster node: our token middleware is
 installed on the proxy itself (``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH``) with the token in
-``RELATE_API_TOKEN``, so every app on it, ours or not, answers 401 without ``SERVE_AUTH``.
+``RELATE_API_TOKEN``, so every app on it, ours or not, answers 401 without ``_serve_helpers.AUTH``.
 The variables must be in the environment before ``ray.init`` starts the raylet."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import os
 
 import pytest
 
-SERVE_TOKEN = "relate-test-token-0123456789"
-SERVE_AUTH = {"Authorization": f"Bearer {SERVE_TOKEN}"}
+from _serve_helpers import SERVE_TOKEN
 
 
 @pytest.fixture(scope="session")

@@ -148,8 +148,6 @@ def test_synthetic_loses_no_image_after_node_loss(cluster, synthetic_run):
 
 
 def test_annotation_survives_node_loss(cluster, synthetic_run, tmp_path):
-    if not (REPO / "pipelines" / "annotate.py").exists():
-        pytest.skip("pipelines/annotate.py does not exist yet")
     from relate.data.corpus import read_corpus
 
     assert synthetic_run["final"] == "SUCCEEDED"
@@ -197,10 +195,6 @@ def _train_config() -> Path:
 
 
 def test_training_resumes_from_checkpoint_on_remaining_node(cluster, synthetic_run, tmp_path):
-    if not (REPO / "train_jobs" / "train_relation.py").exists():
-        pytest.skip("train_jobs/train_relation.py does not exist yet")
-    if not _train_config().exists():
-        pytest.skip("train_jobs/configs/cpu_small.yaml does not exist yet")
     assert synthetic_run["final"] == "SUCCEEDED"
     cluster.wait_for_nodes(timeout=90)
     storage = tmp_path / "ray_train"

@@ -8,7 +8,6 @@ import asyncio
 import base64
 import io
 import json
-import socket
 import time
 
 import httpx
@@ -16,25 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-TOKEN = "relate-test-token-0123456789"  # = conftest.SERVE_TOKEN, the proxy's token too
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from _serve_helpers import AUTH, SERVE_TOKEN as TOKEN, b64png as _b64, free_port as _free_port, png as _png  # noqa: E402
 VOCAB = ["left of", "holding", "on top of", "near", "behind"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _png(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, "PNG")
-    return buf.getvalue()
-
-
-def _b64(arr: np.ndarray) -> str:
-    return base64.b64encode(_png(arr)).decode()
 
 
 def _scene(i: int):

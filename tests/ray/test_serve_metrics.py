@@ -4,34 +4,17 @@ until every series shows the counts those requests must produce. Tiny random-wei
 
 from __future__ import annotations
 
-import base64
-import io
-import socket
 import time
 import urllib.request
 
 import httpx
-import numpy as np
 import pytest
-from PIL import Image
 
-TOKEN = "relate-test-token-0123456789"  # = conftest.SERVE_TOKEN, the proxy's token too
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from _serve_helpers import AUTH, SERVE_TOKEN as TOKEN, b64png as _b64, free_port as _free_port  # noqa: E402
+
 APP = "relate_metrics"
 VOCAB = ["left of", "holding", "on top of", "near", "behind"]
 REQUEST_VOCAB = ["beside", "under", "carrying"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _b64(arr: np.ndarray) -> str:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, "PNG")
-    return base64.b64encode(buf.getvalue()).decode()
 
 
 def _scene(i: int):

@@ -8,34 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import os
 import socket
-import time
 
 import httpx
 import numpy as np
 import pytest
-from PIL import Image
 
-TOKEN = "relate-test-token-0123456789"  # conftest.SERVE_TOKEN: the proxy's token (RELATE_API_TOKEN) too
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from _serve_helpers import AUTH, SERVE_TOKEN as TOKEN, b64png as _b64png, free_port as _free_port  # noqa: E402
 
 VOCAB = ["left of", "holding", "on top of", "near", "behind"]
 PEAK_BOUND_MB = 500  # generous: the mask bomb alone is 1 GB if expanded; decoding its 25 M-pixel image ~150 MB
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _b64png(arr: np.ndarray) -> str:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, "PNG")
-    return base64.b64encode(buf.getvalue()).decode()
 
 
 IMG = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
