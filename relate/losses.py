@@ -11,13 +11,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+from typing import Literal
+
 from pydantic import Field
 
 from relate.config import StrictConfig
 
 __all__ = ["LossConfig", "infonce_loss", "pu_negative_logweights", "sigmoid_aux_loss", "swap_hinge_loss",
            "background_loss", "grounding_loss", "geometry_bce_loss", "focal_loss", "relatedness_weights",
-           "fit_synonym_weighting", "source_negative_mask", "PredicateSpace", "force_mask",
+           "fit_synonym_weighting", "PredicateSpace", "force_mask",
            "relation_objective"]
 
 _EPS = 1e-6
@@ -38,7 +40,14 @@ class LossConfig(StrictConfig):
     focal_gamma: float = Field(2.0, ge=0, description="focusing exponent of the relatedness focal loss")
     relatedness_floor: float = Field(0.3, ge=0, le=1, description="floor on an unannotated pair's weight (§ 3.3)")
     grounding_scale: float = Field(10.0, gt=0, description="logit scale of the grounding softmax")
-    negatives_per_anchor: int = Field(512, gt=0, description="batch-local InfoNCE negatives (Table 14: 512)")
+    negatives_per_anchor: int = Field(512, gt=0, description="most InfoNCE negatives per anchor (Table 14: 512)")
+    negatives: Literal["batch", "bank"] = Field(
+        "batch", description="InfoNCE negatives: 'batch' = the other predicates annotated in the batch (§ 3.3), "
+                             "'bank' = every training-bank column; either capped at negatives_per_anchor")
+    pu_discount: bool = Field(True, description="Eq. 3: discount each negative q of an anchor p by log(1 - P(q|p)) "
+                                                "(P from data.cooccurrence; all zero when it is off)")
+    source_negatives: bool = Field(True, description="App. B.1: a negative must be a predicate the row's source could "
+                                                     "have annotated (scopes from data.source_scopes; no scopes: no-op)")
 
 
 def infonce_loss(logits: torch.Tensor, pos_weight: torch.Tensor, neg_logw: torch.Tensor) -> torch.Tensor:
@@ -81,16 +90,6 @@ def pu_negative_logweights(annotated: torch.Tensor, p_cond: torch.Tensor, invers
     if allowed is not None:
         logw = torch.where(allowed | annotated, logw, torch.full_like(logw, float("-inf")))
     return logw
-
-
-def source_negative_mask(sources: list[str], vocab_size: int, scopes: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(M, V) bool: True where row m's source could have annotated predicate q (B.1).
-
-    ``scopes`` maps a source name to a (V,) bool of annotatable predicates; a source absent from
-    it is assumed to annotate everything.
-    """
-    full = torch.ones(vocab_size, dtype=torch.bool)
-    return torch.stack([scopes.get(s, full).bool() for s in sources]) if sources else full[None][:0]
 
 
 def sigmoid_aux_loss(logits: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
@@ -183,9 +182,11 @@ class PredicateSpace:
     bank_cols: torch.Tensor  # (Vb,) long indices of the bank strings
     category_bank: torch.Tensor  # (C, D) unit text embeddings of object categories
     pair_rate: torch.Tensor  # (C, C) annotation rate of each ordered category pair
+    scope: torch.Tensor | None = None  # (S, Va) bool: what source s can annotate; row 0 = unscoped (all)
 
     def to(self, device) -> "PredicateSpace":
-        return PredicateSpace(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+        return PredicateSpace(*(None if getattr(self, f) is None else getattr(self, f).to(device)
+                                for f in self.__dataclass_fields__))
 
 
 def _posmap(flat: torch.Tensor, valid: torch.Tensor, nn_: int) -> torch.Tensor:
@@ -209,12 +210,18 @@ def force_mask(rels: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_valid: torch.Tensor,
-                       space: PredicateSpace, cfg: LossConfig, generator: torch.Generator | None = None
-                       ) -> dict[str, torch.Tensor]:
+                       space: PredicateSpace, cfg: LossConfig, generator: torch.Generator | None = None,
+                       sources: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """All terms for one batch. ``out`` is a RelationOutput computed with ``force=force_mask(...)``.
 
     Returns each weighted term and ``total``. Rows of the InfoNCE are annotations; other
-    annotated groups of the same pair are known true and so are not negatives of that row.
+    annotated groups of the same pair are known true and so are not negatives of that row, and
+    neither is any member of the row's own synonym group. A row's negatives are the other
+    predicates annotated in the batch (``cfg.negatives == "batch"``) or every bank column, at most
+    ``negatives_per_anchor`` of them (one random subset per batch), shifted by the Eq. 3 discount.
+    ``sources`` (B,) indexes ``space.scope``: with ``cfg.source_negatives``, a predicate the
+    image's source could not have annotated is no negative of its rows (App. B.1), neither in the
+    InfoNCE nor among the per-cell sigmoid's negatives.
     """
     n = box_valid.shape[1]
     sp = out.sampled
@@ -229,26 +236,36 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     annotated[row_pair, a] = True
     group_hit = torch.zeros(upair.shape[0], int(space.group.max()) + 1, dtype=torch.bool, device=rels.device)
     group_hit[row_pair, space.group[a]] = True
+    b_p, flat_p = upair // (n * n), upair % (n * n)
+    allowed = None  # (U, Va): what each annotated pair's source could have annotated
+    if cfg.source_negatives and space.scope is not None and sources is not None:
+        allowed = space.scope[sources.to(rels.device).long()[b_p]]
     cols = space.bank_cols
     gcols = space.group[cols]
     pos_fwd, pos_rev = pm[b, s * n + o], pm[b, o * n + s]
     logits = out.scores.logits[b, pos_fwd]  # (M, Vb)
     same = gcols[None, :] == space.group[a][:, None]
     pos_weight = torch.where(same, space.syn_weight[a][:, cols], torch.zeros_like(logits))
-    neg_logw = pu_negative_logweights(annotated, space.p_cond, space.inverse)[row_pair][:, cols]
+    p_cond = space.p_cond if cfg.pu_discount else torch.zeros_like(space.p_cond)
+    neg_logw = pu_negative_logweights(annotated, p_cond, space.inverse, allowed)[row_pair][:, cols]
     known_true = group_hit[row_pair][:, gcols] & ~same
-    neg_logw = neg_logw.masked_fill(known_true, float("-inf"))
-    if cols.shape[0] > cfg.negatives_per_anchor:  # batch-local subsample of negatives
-        keep = torch.randperm(cols.shape[0], generator=generator)[: cfg.negatives_per_anchor].to(cols.device)
-        sub = torch.zeros(cols.shape[0], dtype=torch.bool, device=cols.device)
-        sub[keep] = True
-        neg_logw = neg_logw.masked_fill(~sub[None, :], float("-inf"))
+    neg_logw = neg_logw.masked_fill(known_true | same, float("-inf"))
+    candidate = torch.ones(cols.shape[0], dtype=torch.bool, device=cols.device)
+    if cfg.negatives == "batch":  # the other predicates of the batch (§ 3.3)
+        candidate = torch.isin(cols, a)
+    idx = torch.nonzero(candidate).squeeze(1)
+    if idx.shape[0] > cfg.negatives_per_anchor:  # a random subset, the same for every row of the batch
+        pick = torch.randperm(idx.shape[0], generator=generator)[: cfg.negatives_per_anchor].to(cols.device)
+        candidate = torch.zeros_like(candidate)
+        candidate[idx[pick]] = True
+    neg_logw = neg_logw.masked_fill(~candidate[None, :], float("-inf"))
     terms = {"infonce": infonce_loss(logits, pos_weight, neg_logw)}
-    # per-cell sigmoid over annotated pairs: positives are every annotated group
-    b_p, flat_p = upair // (n * n), upair % (n * n)
+    # per-cell sigmoid over annotated pairs: positives are every annotated group, negatives the
+    # other cells the source could have annotated
     pair_logits = out.scores.logits[b_p, pm[b_p, flat_p]]
     pos_cells = group_hit[:, gcols]
-    terms["sigmoid"] = sigmoid_aux_loss(pair_logits, pos_cells, ~pos_cells)
+    neg_cells = ~pos_cells if allowed is None else ~pos_cells & allowed[:, cols]
+    terms["sigmoid"] = sigmoid_aux_loss(pair_logits, pos_cells, neg_cells)
     # Eq. 5 on every directional group member of each annotation
     mixed = out.scores.mixed
     r_idx, c_idx = torch.nonzero(same, as_tuple=True)

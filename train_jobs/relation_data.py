@@ -8,6 +8,9 @@ through ``relate.api.RelationPredictor`` and ``relate.metrics``, as the evaluato
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -28,7 +31,14 @@ class DataConfig(StrictConfig):
     text_encoder: str = Field("minilm", description="frozen text encoder of the bank (relate.text registry)")
     heldout_form: int | None = Field(2, ge=0, description="surface form index per group kept out of the training "
                                      "bank (scored only at test time, as an unseen vocabulary); None keeps all")
-    cooccurrence_path: str | None = Field(None, description="P(q|p) .npz from train_jobs.cooccurrence; None: no discount")
+    cooccurrence: str = Field("estimate", description="P(q|p) of Eq. 3: 'estimate' fits it on the training split's "
+                              "multiply-annotated pairs (train_jobs.cooccurrence), cached by a checksum of the training "
+                              "relations; 'off'; or the path of an .npz written by train_jobs.cooccurrence")
+    cache_dir: str = Field("~/.cache/relate", description="where estimated P(q|p) files are cached")
+    source_scopes: dict[str, list[str] | Literal["observed"]] = Field(
+        default_factory=dict, description="App. B.1: per corpus `source`, what it annotates: predicate families "
+        "(synthetic lexicon), synonym-group keys or strings, or 'observed' (the groups that source annotates in "
+        "the training split); a source not listed annotates everything")
     rungs: list[float] = Field([0.5, 0.667, 0.833, 1.0, 1.167, 1.333, 1.5], min_length=1,
                                description="multi-scale factors of the base side (Table 14: 7 rungs in [0.5, 1.5])")
     photometric: float = Field(0.3, ge=0, lt=1, description="brightness/contrast/saturation jitter (Table 14: 0.3)")
@@ -111,37 +121,106 @@ def build_space(cfg: DataConfig, text_dim: int) -> dict:
     iso = fit_synonym_weighting(cos[off], same[off])  # positive weights: P(synonym | cosine), § 3.3
     syn = iso.predict(cos.ravel()).reshape(cos.shape).astype(np.float32)
     np.fill_diagonal(syn, 1.0)
-    p_cond = np.zeros_like(cos, dtype=np.float32)
-    if cfg.cooccurrence_path:
-        from train_jobs.cooccurrence import load_cooccurrence
-
-        c_strings, mat = load_cooccurrence(cfg.cooccurrence_path)
-        pos = {s: i for i, s in enumerate(strings)}
-        coo = mat.tocoo()
-        for r, c, v in zip(coo.row, coo.col, coo.data):
-            if c_strings[r] in pos and c_strings[c] in pos:
-                p_cond[pos[c_strings[r]], pos[c_strings[c]]] = v
+    p_cond = _p_cond(cfg, train, strings, full.matrix)
+    sources, scope = _scope_table(cfg, train, strings, keys)
     categories = sorted({b["category"] for bx in train.column("boxes").to_pylist() for b in bx if b["category"]})
     cat_bank = build_bank(categories, encoder_name=cfg.text_encoder).matrix
     _, group = np.unique(k, return_inverse=True)
     t = torch.from_numpy
     space = PredicateSpace(t(group.astype(np.int64)), t(inverse), t(pdir), t(p_cond), t(syn),
-                           torch.tensor(cols, dtype=torch.long), t(cat_bank), t(_pair_rate(train, categories)))
+                           torch.tensor(cols, dtype=torch.long), t(cat_bank), t(_pair_rate(train, categories)),
+                           t(scope))
     return {"space": space, "bank": bank, "forms": strings, "categories": categories, "n_train": train.num_rows,
-            "isotonic_synonym": iso}
+            "isotonic_synonym": iso, "sources": sources}
+
+
+def relations_checksum(train: pa.Table) -> str:
+    """sha256 of the training split's image ids and relations (what P(q|p) is estimated from)."""
+    t = train.select(["image_id", "relations"]).combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+
+
+def _p_cond(cfg: DataConfig, train: pa.Table, strings: list[str], emb: np.ndarray) -> np.ndarray:
+    """(V, V) P(q|p) over ``strings`` for Eq. 3: estimated (and cached), read from a file, or zero."""
+    from train_jobs.cooccurrence import (CooccurrenceConfig, estimate_cooccurrence, load_cooccurrence,
+                                         multi_annotated_sets, save_cooccurrence)
+
+    p_cond = np.zeros((len(strings), len(strings)), dtype=np.float32)
+    if cfg.cooccurrence == "off":
+        return p_cond
+    if cfg.cooccurrence == "estimate":
+        est = CooccurrenceConfig()
+        digest = hashlib.sha256(f"{relations_checksum(train)}|{cfg.text_encoder}|{est.neighbours}|{est.cap}|"
+                                f"{chr(10).join(strings)}".encode()).hexdigest()[:20]
+        path = Path(cfg.cache_dir).expanduser() / f"cooccurrence-{digest}.npz"
+        if path.is_file() and Path(f"{path}.strings.json").is_file():
+            print(f"P(q|p): cached estimate {path}", flush=True)
+        else:
+            sets = multi_annotated_sets(train)
+            matrix, c = estimate_cooccurrence(sets, strings, emb, est.neighbours, est.cap)
+            tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")  # atomic: a reader never sees half a file
+            save_cooccurrence(tmp, matrix, strings)
+            os.replace(f"{tmp}.strings.json", f"{path}.strings.json")
+            os.replace(tmp, path)
+            print(f"P(q|p): {len(sets)} multiply-annotated pairs in the training split, {matrix.nnz} cells, "
+                  f"label frequency c={c:.3f} -> {path}" if sets else
+                  "P(q|p): the training split has no pair with two predicates; the Eq. 3 discount is zero", flush=True)
+    else:
+        path = Path(cfg.cooccurrence).expanduser()
+    c_strings, mat = load_cooccurrence(path)
+    pos = {s: i for i, s in enumerate(strings)}
+    coo = mat.tocoo()
+    for r, c, v in zip(coo.row, coo.col, coo.data):
+        if c_strings[r] in pos and c_strings[c] in pos:
+            p_cond[pos[c_strings[r]], pos[c_strings[c]]] = v
+    return p_cond
+
+
+def _scope_table(cfg: DataConfig, train: pa.Table, strings: list[str], keys: list[str]
+                 ) -> tuple[list[str], np.ndarray]:
+    """Source names (index 0: any unlisted source) and the (S, V) bool table of what each annotates."""
+    names = ["*"] + sorted(cfg.source_scopes)
+    key_arr = np.array(keys, dtype=object)
+    scope = np.ones((len(names), len(strings)), dtype=bool)
+    families = np.array([_family(x, cfg.predicates) for x in strings], dtype=object)
+    for i, name in enumerate(names[1:], 1):
+        spec = cfg.source_scopes[name]
+        if spec == "observed":
+            seen = {concept_key(r["predicate"], cfg.predicates)
+                    for src, rels in zip(train.column("source").to_pylist(), train.column("relations").to_pylist())
+                    if src == name for r in rels}
+            if not seen:
+                raise ValueError(f"data.source_scopes.{name}: 'observed', but no training relation has source {name!r}")
+            scope[i] = np.isin(key_arr, list(seen))
+            continue
+        row = np.zeros(len(strings), dtype=bool)
+        for entry in spec:
+            hit = (families == entry) | (key_arr == entry) | (np.array(strings, dtype=object) == entry)
+            if not hit.any():
+                raise ValueError(f"data.source_scopes.{name}: {entry!r} is no predicate family, synonym group or "
+                                 f"predicate string of this vocabulary")
+            row |= np.isin(key_arr, list(set(key_arr[hit])))
+        scope[i] = row
+    return names, scope
 
 
 class DecodeStage:
     """Ray Data stage: read, resize and photometrically jitter images; pad boxes and relations.
 
-    Works on a pyarrow batch with columns uri, boxes, relations; returns fixed-shape arrays.
+    Works on a pyarrow batch with columns uri, boxes, relations (and source); returns fixed-shape
+    arrays, ``source`` as the row of the predicate space's scope table.
     Only photometric changes are applied: a flip would silently falsify left/right labels.
     """
 
-    def __init__(self, size: int, data: DataConfig, forms: list[str], categories: list[str], seed: int = 0) -> None:
+    def __init__(self, size: int, data: DataConfig, forms: list[str], categories: list[str], seed: int = 0,
+                 sources: list[str] | None = None) -> None:
         self.size, self.cfg = size, data
         self.form_index = {f: i for i, f in enumerate(forms)}
         self.cat_index = {c: i for i, c in enumerate(categories)}
+        self.source_index = {s: i for i, s in enumerate(sources or ["*"])}  # an unlisted source: row 0
         self.rng = np.random.default_rng(seed)
 
     def _jitter(self, img: torch.Tensor) -> torch.Tensor:
@@ -162,7 +241,8 @@ class DecodeStage:
         rows = batch.to_pylist()
         out = {"image": np.zeros((len(rows), S, S, 3), np.uint8), "boxes": np.zeros((len(rows), n, 4), np.float32),
                "box_valid": np.zeros((len(rows), n), bool), "categories": np.full((len(rows), n), -1, np.int64),
-               "rels": np.full((len(rows), m, 3), -1, np.int64)}
+               "rels": np.full((len(rows), m, 3), -1, np.int64),
+               "source": np.array([self.source_index.get(r.get("source"), 0) for r in rows], np.int64)}
         for k, r in enumerate(rows):
             img = self._jitter(prepare_image(r["uri"], S))
             out["image"][k] = (img.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)

@@ -167,7 +167,8 @@ class _Runner:
         amp = cfg.optim.amp and self.device.type == "cuda"
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
             out = self.model(images, boxes, valid, self.bank_t, force=force_mask(rels, valid.shape[1]))
-            terms = relation_objective(out, rels, cats, valid, self.space, cfg.loss)
+            terms = relation_objective(out, rels, cats, valid, self.space, cfg.loss,
+                                       sources=batch["source"].to(self.device) if "source" in batch else None)
         for g, base in zip(self.opt.param_groups, self.base_lrs):
             g["lr"] = base * self.lr_scale()
         self.opt.zero_grad(set_to_none=True)
@@ -320,11 +321,12 @@ def build_trainer(cfg: TrainRelationConfig):
     # the (small) row table is read and schema-validated once; the heavy work, image decoding,
     # streams through Ray Data. Read tasks would compete with the trainers for the same CPUs.
     table = read_corpus(cfg.data.corpus_root, "train").select(["image_id", "uri", "width", "height", "boxes",
-                                                                "relations"])
+                                                                "relations", "source"])
     ds = ray.data.from_arrow(table)
     ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
     stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
-                        forms=space["forms"], categories=space["categories"], seed=cfg.run.seed)
+                        forms=space["forms"], categories=space["categories"], seed=cfg.run.seed,
+                        sources=space["sources"])
     ds = ds.map_batches(DecodeStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
                         batch_size=cfg.optim.batch_size,
                         compute=ray.data.ActorPoolStrategy(size=cfg.data.decode_concurrency),

@@ -48,7 +48,8 @@ def _cfg(corpus: Path, storage: Path, name: str, **run):
             "model.dim=32", "model.scene_grid=2", "model.sampler.geometry_keep=24", "model.sampler.learned_keep=12",
             "data.rungs=[1.0]", "optim.batch_size=4", "optim.max_steps=4", "optim.warmup_steps=2",
             "run.checkpoint_every=2", "run.val_images=8", "run.evaluate_test=false", "run.log_every=100",
-            "run.worker.num_cpus=0.5"]
+            "run.worker.num_cpus=0.5", f"data.cache_dir={storage / 'cache'}",
+            "data.source_scopes.synthetic=observed"]
     over += [f"run.{k}={v}" for k, v in run.items()]
     return load_config(TrainRelationConfig, CONFIG, over)
 

@@ -10,7 +10,7 @@ import torch
 
 from relate.losses import (
     background_loss, focal_loss, geometry_bce_loss, grounding_loss, infonce_loss, pu_negative_logweights,
-    relatedness_weights, sigmoid_aux_loss, source_negative_mask, swap_hinge_loss, fit_synonym_weighting,
+    relatedness_weights, sigmoid_aux_loss, swap_hinge_loss, fit_synonym_weighting,
 )
 
 T = torch.tensor
@@ -61,8 +61,6 @@ def test_pu_discount_source_mask_removes_unannotatable_negatives():
     w = pu_negative_logweights(T([[True, False, False]]), torch.zeros(3, 3), torch.zeros(3, 3, dtype=torch.bool),
                                allowed)
     assert w[0, :2].tolist() == [0.0, 0.0] and w[0, 2] == float("-inf")
-    m = source_negative_mask(["hico", "ra4m"], 3, {"hico": T([True, True, False])})
-    assert m.tolist() == [[True, True, False], [True, True, True]]
 
 
 def test_sigmoid_aux_balances_negative_mass_to_positive_mass():

@@ -1,0 +1,217 @@
+"""``relation_objective`` assembled on a tiny batch and checked against values worked by hand.
+
+Each expected value below is written out with ``math`` from the paper's definitions (§ 3.3,
+Eq. 3, Eq. 5, App. B.1), not with the loss code: a dropped P(q|p) discount, a discounted
+inverse, negatives from the whole bank instead of the batch, an ignored source mask or a
+swapped hinge changes a number here.
+
+The batch: one image, three boxes, four annotations on four ordered pairs, seven predicate
+strings in the bank (``atop`` a synonym of ``on``; ``under`` the inverse of ``on``; ``beside``
+never annotated in the batch).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from relate.losses import LossConfig, PredicateSpace, relation_objective
+from relate.model.sampler import SampledPairs
+
+ON, ATOP, UNDER, NEAR, TOUCHING, HOLDING, BESIDE = range(7)
+N = 3
+PAIRS = [(0, 1), (1, 0), (0, 2), (2, 0), (1, 2), (2, 1)]  # kept pairs, reverses of the annotated ones included
+LOGITS = [[2.0, 1.0, 0.5, 1.5, 0.0, -1.0, 3.0],   # (0, 1): annotated "on"
+          [0.2, 0.1, 0.0, 0.3, 0.0, 0.0, 0.0],    # (1, 0)
+          [0.5, 0.0, -0.5, 1.0, 0.2, 2.5, 1.0],   # (0, 2): annotated "holding"
+          [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],    # (2, 0)
+          [1.0, 0.5, 0.0, 0.8, -0.2, 1.2, 0.0],   # (1, 2): annotated "near"
+          [1.5, 0.0, 0.7, -0.3, 0.0, 0.4, 2.0]]   # (2, 1): annotated "under"
+MIXED = [[0.30, 0.20, 0.0, 0.0, 0.0, 0.0, 0.0],  # mixed cosine, read by the swap hinge only
+         [0.20, 0.40, 0.0, 0.0, 0.0, 0.0, 0.0],
+         [0.0, 0.0, 0.0, 0.0, 0.0, 0.10, 0.0],
+         [0.0, 0.0, 0.0, 0.0, 0.0, 0.30, 0.0],
+         [0.0, 0.0, 0.50, 0.50, 0.0, 0.0, 0.0],
+         [0.0, 0.0, 0.60, 0.0, 0.0, 0.0, 0.0]]
+RELS = [(0, 1, ON), (0, 2, HOLDING), (1, 2, NEAR), (2, 1, UNDER)]
+P_NEAR_GIVEN_ON, P_UNDER_GIVEN_ON, P_ON_GIVEN_NEAR, P_HOLDING_GIVEN_NEAR = 0.4, 0.3, 0.2, 0.5
+SYN_ON_ATOP = 0.5
+P_DIR = [1.0, 1.0, 1.0, 0.0, 0.0, 0.5, 0.0]
+M = 0.05
+
+
+def _space(scope=None) -> PredicateSpace:
+    v = 7
+    inverse = torch.zeros(v, v, dtype=torch.bool)
+    for a, b in ((ON, UNDER), (ATOP, UNDER)):
+        inverse[a, b] = inverse[b, a] = True
+    p_cond = torch.zeros(v, v)
+    p_cond[ON, NEAR], p_cond[ON, UNDER] = P_NEAR_GIVEN_ON, P_UNDER_GIVEN_ON
+    p_cond[NEAR, ON], p_cond[NEAR, HOLDING] = P_ON_GIVEN_NEAR, P_HOLDING_GIVEN_NEAR
+    syn = torch.eye(v)
+    syn[ON, ATOP] = syn[ATOP, ON] = SYN_ON_ATOP
+    return PredicateSpace(group=torch.tensor([0, 0, 1, 2, 3, 4, 5]), inverse=inverse,
+                          p_directional=torch.tensor(P_DIR), p_cond=p_cond, syn_weight=syn,
+                          bank_cols=torch.arange(v), category_bank=torch.eye(2, 4), pair_rate=torch.zeros(2, 2),
+                          scope=scope)
+
+
+def _batch():
+    flat = torch.tensor([[i * N + j for i, j in PAIRS]])
+    sampled = SampledPairs(pairs=torch.tensor([PAIRS]), valid=torch.ones(1, len(PAIRS), dtype=torch.bool), flat=flat,
+                           l_pair=torch.zeros(1, len(PAIRS)), geo_logits=torch.zeros(1, N * N),
+                           geo_valid=torch.zeros(1, N * N, dtype=torch.bool), rel_flat=flat,
+                           rel_logits=torch.zeros(1, len(PAIRS)), rel_valid=torch.zeros(1, len(PAIRS), dtype=torch.bool))
+    scores = SimpleNamespace(logits=torch.tensor([LOGITS]), mixed=torch.tensor([MIXED]))
+    out = SimpleNamespace(sampled=sampled, scores=scores, grounding=torch.zeros(1, N, 4))
+    rels = torch.tensor([RELS])
+    return out, rels, torch.full((1, N), -1), torch.ones(1, N, dtype=torch.bool)
+
+
+def _only(term: str, **kw) -> LossConfig:
+    weights = dict.fromkeys(("infonce", "sigmoid", "swap", "background", "grounding", "geometry", "relatedness"), 0.0)
+    return LossConfig(**{**weights, term: 1.0, **kw})
+
+
+def _row(pos: list[tuple[float, float]], neg: list[tuple[float, float]]) -> float:
+    """One InfoNCE row by the definition: positives (logit, weight), negatives (logit, discount)."""
+    z = sum(d * math.exp(x) for x, d in neg)
+    per = [(w, -math.log(math.exp(x) / (math.exp(x) + z))) for x, w in pos]
+    return sum(w * l for w, l in per) / sum(w for w, _ in per)
+
+
+def _infonce_by_hand(discount: bool = True, near_allowed: bool = True) -> float:
+    L = LOGITS
+    near = [] if not near_allowed else None
+    # row "on" at (0,1): positives on (1) and its synonym atop (0.5); negatives are the batch's other
+    # predicates: holding, near (discounted by 1 - P(near|on)) and under (inverse of on: never discounted)
+    r1 = _row([(L[0][ON], 1.0), (L[0][ATOP], SYN_ON_ATOP)],
+              [(L[0][HOLDING], 1.0), (L[0][UNDER], 1.0)]
+              + (near if near is not None else [(L[0][NEAR], 1 - P_NEAR_GIVEN_ON if discount else 1.0)]))
+    # row "holding" at (0,2): nothing is known to co-occur with holding
+    r2 = _row([(L[2][HOLDING], 1.0)],
+              [(L[2][ON], 1.0), (L[2][UNDER], 1.0)] + (near if near is not None else [(L[2][NEAR], 1.0)]))
+    # row "near" at (1,2): on and holding discounted by P(.|near); "near" is this row's own
+    # annotation, so a scope cannot remove it
+    r3 = _row([(L[4][NEAR], 1.0)],
+              [(L[4][ON], 1 - P_ON_GIVEN_NEAR if discount else 1.0),
+               (L[4][HOLDING], 1 - P_HOLDING_GIVEN_NEAR if discount else 1.0), (L[4][UNDER], 1.0)])
+    # row "under" at (2,1): on is its inverse (full weight)
+    r4 = _row([(L[5][UNDER], 1.0)],
+              [(L[5][ON], 1.0), (L[5][HOLDING], 1.0)] + (near if near is not None else [(L[5][NEAR], 1.0)]))
+    return (r1 + r2 + r3 + r4) / 4
+
+
+def test_infonce_with_batch_negatives_discount_and_inverse_exemption():
+    out, rels, cats, valid = _batch()
+    got = relation_objective(out, rels, cats, valid, _space(), _only("infonce"))
+    assert got["infonce"].item() == pytest.approx(_infonce_by_hand(), abs=1e-5)
+    assert got["total"].item() == pytest.approx(got["infonce"].item(), abs=1e-6)
+
+
+def test_infonce_discount_switch():
+    out, rels, cats, valid = _batch()
+    got = relation_objective(out, rels, cats, valid, _space(), _only("infonce", pu_discount=False))
+    assert got["infonce"].item() == pytest.approx(_infonce_by_hand(discount=False), abs=1e-5)
+    assert abs(_infonce_by_hand(discount=False) - _infonce_by_hand()) > 0.02  # the case tells the two apart
+
+
+def test_infonce_bank_negatives_add_the_unannotated_columns():
+    """'bank': beside and touching (never annotated in the batch) become negatives of every row."""
+    out, rels, cats, valid = _batch()
+    got = relation_objective(out, rels, cats, valid, _space(), _only("infonce", negatives="bank"))
+    L = LOGITS
+    extra = {0: [(L[0][TOUCHING], 1.0), (L[0][BESIDE], 1.0)], 2: [(L[2][TOUCHING], 1.0), (L[2][BESIDE], 1.0), ],
+             4: [(L[4][TOUCHING], 1.0), (L[4][BESIDE], 1.0), (L[4][ATOP], 1.0)],
+             5: [(L[5][TOUCHING], 1.0), (L[5][BESIDE], 1.0), (L[5][ATOP], 1.0)]}
+    # atop is a negative of rows whose group is not on's; for "under" it is an inverse (full weight)
+    r1 = _row([(L[0][ON], 1.0), (L[0][ATOP], SYN_ON_ATOP)],
+              [(L[0][HOLDING], 1.0), (L[0][UNDER], 1.0), (L[0][NEAR], 1 - P_NEAR_GIVEN_ON)] + extra[0])
+    r2 = _row([(L[2][HOLDING], 1.0)], [(L[2][ON], 1.0), (L[2][UNDER], 1.0), (L[2][NEAR], 1.0),
+                                        (L[2][ATOP], 1.0)] + extra[2])
+    r3 = _row([(L[4][NEAR], 1.0)], [(L[4][ON], 1 - P_ON_GIVEN_NEAR), (L[4][HOLDING], 1 - P_HOLDING_GIVEN_NEAR),
+                                     (L[4][UNDER], 1.0)] + extra[4])
+    r4 = _row([(L[5][UNDER], 1.0)], [(L[5][ON], 1.0), (L[5][HOLDING], 1.0), (L[5][NEAR], 1.0)] + extra[5])
+    assert got["infonce"].item() == pytest.approx((r1 + r2 + r3 + r4) / 4, abs=1e-5)
+
+
+def test_infonce_cap_on_negatives_keeps_every_candidate_when_it_is_large_enough():
+    out, rels, cats, valid = _batch()
+    capped = relation_objective(out, rels, cats, valid, _space(), _only("infonce", negatives_per_anchor=4))
+    assert capped["infonce"].item() == pytest.approx(_infonce_by_hand(), abs=1e-5)
+    one = relation_objective(out, rels, cats, valid, _space(), _only("infonce", negatives_per_anchor=1),
+                             generator=torch.Generator().manual_seed(0))
+    assert one["infonce"].item() < _infonce_by_hand()  # one negative per row: a smaller denominator
+
+
+def _scope_without_near() -> torch.Tensor:
+    scope = torch.ones(2, 7, dtype=torch.bool)
+    scope[1, NEAR] = False  # source 1 never annotates "near"
+    return scope
+
+
+def test_source_mask_removes_what_the_source_could_not_annotate():
+    out, rels, cats, valid = _batch()
+    space = _space(_scope_without_near())
+    masked = relation_objective(out, rels, cats, valid, space, _only("infonce"), sources=torch.tensor([1]))
+    assert masked["infonce"].item() == pytest.approx(_infonce_by_hand(near_allowed=False), abs=1e-5)
+    # the unscoped row 0, the switch off, or no sources given: the mask does nothing
+    for kw, cfg in (({"sources": torch.tensor([0])}, _only("infonce")),
+                    ({"sources": torch.tensor([1])}, _only("infonce", source_negatives=False)), ({}, _only("infonce"))):
+        got = relation_objective(out, rels, cats, valid, space, cfg, **kw)
+        assert got["infonce"].item() == pytest.approx(_infonce_by_hand(), abs=1e-5)
+
+
+def _bce(x: float, y: int) -> float:
+    return -math.log(1 / (1 + math.exp(-x))) if y else -math.log(1 - 1 / (1 + math.exp(-x)))
+
+
+def _sigmoid_by_hand(near_allowed: bool = True) -> float:
+    """Per annotated pair: positives = its annotated groups' columns, negatives share a total weight
+    equal to the positive count; normalised by twice the positives over the batch."""
+    num, den = 0.0, 0.0
+    for pos_row, positives in ((0, {ON, ATOP}), (2, {HOLDING}), (4, {NEAR}), (5, {UNDER})):
+        negs = [c for c in range(7) if c not in positives and (near_allowed or c != NEAR)]
+        num += sum(_bce(LOGITS[pos_row][c], 1) for c in positives)
+        num += len(positives) / len(negs) * sum(_bce(LOGITS[pos_row][c], 0) for c in negs)
+        den += 2 * len(positives)
+    return num / den
+
+
+def test_sigmoid_aux_on_annotated_pairs_and_its_source_mask():
+    out, rels, cats, valid = _batch()
+    got = relation_objective(out, rels, cats, valid, _space(), _only("sigmoid"))
+    assert got["sigmoid"].item() == pytest.approx(_sigmoid_by_hand(), abs=1e-5)
+    masked = relation_objective(out, rels, cats, valid, _space(_scope_without_near()), _only("sigmoid"),
+                                sources=torch.tensor([1]))
+    assert masked["sigmoid"].item() == pytest.approx(_sigmoid_by_hand(near_allowed=False), abs=1e-5)
+
+
+def test_swap_hinge_eq5_over_each_annotation_group_member():
+    """w_p * max(0, m - c(i,j,p) + c(j,i,p)) averaged over (annotation, group member) cells."""
+    out, rels, cats, valid = _batch()
+    got = relation_objective(out, rels, cats, valid, _space(), _only("swap", swap_margin=M))
+    cells = [(0, 1, ON), (0, 1, ATOP), (2, 3, HOLDING), (4, 5, NEAR), (5, 4, UNDER)]  # (fwd row, rev row, column)
+    want = sum(P_DIR[c] * max(0.0, M - MIXED[f][c] + MIXED[r][c]) for f, r, c in cells) / len(cells)
+    assert want > 0.02  # atop and holding violate the margin, on and under satisfy it
+    assert got["swap"].item() == pytest.approx(want, abs=1e-6)
+
+
+def test_a_synonym_with_zero_weight_is_never_a_negative_of_its_group():
+    """Isotonic synonym weights can reach 0; such a member then drops out of the row entirely."""
+    out, rels, cats, valid = _batch()
+    space = _space()
+    space.syn_weight[ON, ATOP] = space.syn_weight[ATOP, ON] = 0.0
+    got = relation_objective(out, rels, cats, valid, space, _only("infonce", negatives="bank"))
+    L = LOGITS
+    others = [TOUCHING, BESIDE]
+    r1 = _row([(L[0][ON], 1.0)], [(L[0][HOLDING], 1.0), (L[0][UNDER], 1.0), (L[0][NEAR], 1 - P_NEAR_GIVEN_ON)]
+              + [(L[0][c], 1.0) for c in others])
+    r2 = _row([(L[2][HOLDING], 1.0)], [(L[2][c], 1.0) for c in (ON, ATOP, UNDER, NEAR, *others)])
+    r3 = _row([(L[4][NEAR], 1.0)], [(L[4][ON], 1 - P_ON_GIVEN_NEAR), (L[4][HOLDING], 1 - P_HOLDING_GIVEN_NEAR)]
+              + [(L[4][c], 1.0) for c in (ATOP, UNDER, *others)])
+    r4 = _row([(L[5][UNDER], 1.0)], [(L[5][c], 1.0) for c in (ON, ATOP, HOLDING, NEAR, *others)])
+    assert got["infonce"].item() == pytest.approx((r1 + r2 + r3 + r4) / 4, abs=1e-5)

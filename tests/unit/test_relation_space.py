@@ -1,0 +1,95 @@
+"""The training job's predicate space: P(q|p) estimated and cached by checksum (Eq. 3), the
+per-source scope table (App. B.1), and the source index the decode stage hands the loss."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from train_jobs.cooccurrence import load_cooccurrence
+from train_jobs.relation_data import DataConfig, DecodeStage, _p_cond, _scope_table, relations_checksum
+
+STRINGS = ["on", "touching", "near", "holding"]
+
+
+def _rel(s, o, p):
+    return {"subject": s, "object": o, "predicate": p}
+
+
+def _train(extra: int = 0) -> pa.Table:
+    # "on" and "touching" stated together on four pairs, "on" alone on two, "near" + "holding" once
+    rels = [[_rel(0, 1, "on"), _rel(0, 1, "touching")] for _ in range(4)]
+    rels += [[_rel(0, 1, "on")], [_rel(1, 0, "on")], [_rel(0, 1, "near"), _rel(0, 1, "holding")]]
+    rels += [[_rel(0, 1, "near")] for _ in range(extra)]
+    return pa.table({"image_id": [f"img{i}" for i in range(len(rels))], "relations": rels,
+                     "source": ["a"] * 4 + ["b"] * (len(rels) - 4)})
+
+
+def test_estimate_is_cached_by_checksum_and_matches_the_file(tmp_path, capsys):
+    cfg = DataConfig(cache_dir=str(tmp_path), cooccurrence="estimate")
+    p = _p_cond(cfg, _train(), STRINGS, np.eye(4))
+    files = sorted(tmp_path.glob("cooccurrence-*.npz"))
+    assert len(files) == 1 and "multiply-annotated" in capsys.readouterr().out
+    strings, mat = load_cooccurrence(files[0])
+    assert strings == STRINGS and np.allclose(p, mat.toarray())
+    # on <-> touching are co-stated often, on never with holding (a text-neighbour cell, small)
+    assert min(p[0, 1], p[1, 0]) > 0.5 > 0.1 > p[0, 3]
+    mtime = files[0].stat().st_mtime_ns
+    again = _p_cond(cfg, _train(), STRINGS, np.eye(4))  # same relations: the cache answers
+    assert "cached estimate" in capsys.readouterr().out and np.array_equal(again, p)
+    assert files[0].stat().st_mtime_ns == mtime
+    _p_cond(cfg, _train(extra=1), STRINGS, np.eye(4))  # other relations: another estimate, another file
+    assert len(list(tmp_path.glob("cooccurrence-*.npz"))) == 2
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_off_and_explicit_path(tmp_path):
+    assert not _p_cond(DataConfig(cooccurrence="off", cache_dir=str(tmp_path)), _train(), STRINGS, np.eye(4)).any()
+    assert not list(tmp_path.iterdir())
+    est = _p_cond(DataConfig(cache_dir=str(tmp_path)), _train(), STRINGS, np.eye(4))
+    path = next(tmp_path.glob("cooccurrence-*.npz"))
+    # a file over other strings is mapped by string, not by position
+    got = _p_cond(DataConfig(cooccurrence=str(path)), _train(), ["holding", "near", "touching", "on"], np.eye(4))
+    assert np.allclose(got, est[::-1, ::-1])
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        _p_cond(DataConfig(cooccurrence=str(tmp_path / "missing.npz")), _train(), STRINGS, np.eye(4))
+
+
+def test_checksum_ignores_chunking_and_sees_any_relation_change():
+    t = _train()
+    assert relations_checksum(t) == relations_checksum(pa.concat_tables([t.slice(0, 3), t.slice(3)]))
+    rels = t.column("relations").to_pylist()
+    rels[0][0]["predicate"] = "near"
+    assert relations_checksum(t.set_column(1, "relations", pa.array(rels))) != relations_checksum(t)
+
+
+def test_scope_table_by_family_group_string_and_observed():
+    from relate.data.lexicon import CONCEPTS
+
+    strings = [f for c in CONCEPTS.values() for f in c.forms]
+    keys = [c.name for c in CONCEPTS.values() for _ in c.forms]
+    fam = {c.name: c.family for c in CONCEPTS.values()}
+    rels = [[_rel(0, 1, "above"), _rel(1, 0, "below")], [_rel(0, 1, "holding")]]
+    train = pa.table({"image_id": ["x", "y"], "relations": rels, "source": ["spatial_src", "hoi"]})
+    cfg = DataConfig(source_scopes={"hoi": ["action", "part"], "spatial_src": "observed", "mixed": ["left_of", "near"]})
+    names, scope = _scope_table(cfg, train, strings, keys)
+    assert names == ["*", "hoi", "mixed", "spatial_src"] and scope[0].all()
+    assert [k for k, ok in zip(keys, scope[1]) if ok] == [k for k in keys if fam[k] in ("action", "part")]
+    assert {k for k, ok in zip(keys, scope[3]) if ok} == {"above", "below"}  # whole groups, every surface form
+    mixed = {k for k, ok in zip(keys, scope[2]) if ok}
+    assert "left_of" in mixed and "near" in mixed and len(mixed) == 2  # a group key, and a string's group
+    with pytest.raises(ValueError, match=r"source_scopes.hoi: 'flying'"):
+        _scope_table(DataConfig(source_scopes={"hoi": ["flying"]}), train, strings, keys)
+    with pytest.raises(ValueError, match=r"source_scopes.vg: 'observed', but no training relation has source 'vg'"):
+        _scope_table(DataConfig(source_scopes={"vg": "observed"}), train, strings, keys)
+
+
+def test_decode_stage_hands_each_image_its_scope_row(tmp_path):
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
+    row = {"uri": str(tmp_path / "a.png"), "width": 8, "height": 8, "boxes": [], "relations": []}
+    batch = pa.Table.from_pylist([{**row, "source": s} for s in ("hoi", "other", "spatial_src")])
+    stage = DecodeStage(16, DataConfig(photometric=0.0), ["on"], ["cup"], sources=["*", "hoi", "spatial_src"])
+    assert stage(batch)["source"].tolist() == [1, 0, 2]
