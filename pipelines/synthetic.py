@@ -3,7 +3,9 @@
 ``python -m pipelines.synthetic --set num_scenes=2000 --set out_dir=runs/synthetic`` (or
 ``ray job submit -- python -m pipelines.synthetic ...`` on a cluster). Writes
 ``<out_dir>/images/<image_id>.<ext>``, ``<out_dir>/corpus/{train,val,test}/*.parquet`` in the
-project schema, and ``<out_dir>/synthetic_stats.json``; prints the corpus statistics.
+project schema, and ``<out_dir>/synthetic_stats.json``; prints the corpus statistics. ``--config
+pipelines/configs/synthetic_pu.yaml`` builds a positive-unlabeled corpus mixed from annotation
+sources of different scope (``sources``, ``multi_label``; see ``relate.data.synthetic_annotation``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -90,6 +93,17 @@ def _family(predicate: str) -> str:
     return concept_of(predicate).family
 
 
+def _annotation_statistics(table: pa.Table) -> dict:
+    """Images per annotation source and the share of stated (subject, object) pairs carrying two or
+    more predicates: the two properties ``sources`` and ``multi_label`` add to the world."""
+    sources = Counter(table.column("source").to_pylist())
+    per_pair = Counter((i, r["subject"], r["object"]) for i, rels in enumerate(table.column("relations").to_pylist())
+                       for r in rels)
+    multi = sum(1 for n in per_pair.values() if n > 1)
+    return {"sources": dict(sorted(sources.items())), "stated_pairs": len(per_pair),
+            "multi_predicate_pair_share": round(multi / max(len(per_pair), 1), 4)}
+
+
 def main(cfg: SyntheticJobConfig) -> SyntheticResult:
     import ray
 
@@ -110,6 +124,8 @@ def main(cfg: SyntheticJobConfig) -> SyntheticResult:
     table = read_corpus(out)
     stats = corpus_statistics(table, _family)
     stats["splits"] = {s: int(sum(1 for v in table.column("split").to_pylist() if v == s)) for s in SPLITS}
+    if cfg.sources is not None or cfg.multi_label > 0:
+        stats.update(_annotation_statistics(table))
     (out / "synthetic_stats.json").write_text(json.dumps(stats, indent=2))
     print(format_statistics(stats, f"synthetic corpus ({out})"))
     print(f"  built in {seconds:.1f} s ({stats['images'] / seconds:.1f} scenes/s)")

@@ -1,6 +1,6 @@
 """The Python API: load a trained relation model and score (subject, predicate, object) triplets.
 
-``load_model(folder)`` returns a ``RelationPredictor``; ``predict(image, regions, vocabulary=None,
+``load_model(folder_or_uri)`` returns a ``RelationPredictor``; ``predict(image, regions, vocabulary=None,
 topk=50, threshold=None, decompose=False)`` scores ordered region pairs against any vocabulary of
 strings, and ``set_vocabulary(strings)`` swaps the default one (embedded with the checkpoint's own
 text encoder). ``predict_table`` scores a corpus table for evaluation and training validation, so
@@ -300,9 +300,10 @@ class RelationPredictor:
         return pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA)
 
 
-def load_model(folder: str | Path, device: str = "cpu", batch_size: int = 8) -> RelationPredictor:
-    """Load a checkpoint folder (config, weights, bank, calibration) into a predictor."""
+def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8) -> RelationPredictor:
+    """Load a checkpoint (config, weights, bank, calibration) into a predictor, from a local folder or
+    a URI string (``s3://``, ``gs://``, ``file://``: see ``relate.checkpoint.load_checkpoint``)."""
     from relate.checkpoint import load_checkpoint
 
-    ck = load_checkpoint(folder, map_location="cpu")
+    ck = load_checkpoint(source, map_location="cpu")
     return RelationPredictor(ck.model, ck.bank, ck.calibration, device=device, batch_size=batch_size)

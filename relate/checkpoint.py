@@ -3,15 +3,28 @@
 A folder holds the resolved model config (``config.yaml``), the weights
 (``model.safetensors``), the text bank the model was trained against (``text_bank.npz``), the
 Platt calibration of Eq. 6 (``calibration.json``, NaN -> null until fitted) and ``meta.json``
-(format, text encoder, bank checksum). Loading is strict: missing or unexpected weight keys
-and a bank that does not match the recorded encoder or checksum are errors, never warnings.
+(format, text encoder, bank checksum, sha256 of the weights and bank files). Loading is strict:
+a file whose sha256 differs from the recorded one, missing or unexpected weight keys and a bank
+that does not match the recorded encoder or checksum are errors, never warnings.
+``calibration.json`` has no digest because calibration is refitted in place after training;
+checkpoints saved before digests were recorded load unverified.
+
+A checkpoint is read from a local folder or a URI (``s3://``, ``gs://``, ``file://``: anything
+``pyarrow.fs.FileSystem.from_uri`` resolves), copied into a temporary folder removed after
+loading. Loading never reaches a model hub: the architecture is built with the backbone's
+pretrained loading switched off, since every weight is in ``model.safetensors``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 import yaml
@@ -21,10 +34,12 @@ from relate.model.config import RelationModelConfig
 from relate.model.model import RelationModel, create_relation_model
 from relate.model.score import Calibration
 
-__all__ = ["CheckpointError", "LoadedCheckpoint", "save_checkpoint", "load_checkpoint", "CHECKPOINT_FORMAT"]
+__all__ = ["CheckpointError", "LoadedCheckpoint", "save_checkpoint", "load_checkpoint", "write_calibration",
+           "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = "relate.relation_checkpoint.v1"
 _FILES = ("config.yaml", "model.safetensors", "text_bank.npz", "calibration.json", "meta.json")
+_DIGESTED = ("model.safetensors", "text_bank.npz")  # not calibration.json: it is refitted in place
 
 
 class CheckpointError(ValueError):
@@ -53,44 +68,113 @@ def save_checkpoint(folder: str | Path, model: RelationModel, bank, calibration:
     bank.save(folder / "text_bank.npz")
     (folder / "calibration.json").write_text(json.dumps(calibration.to_dict()))
     meta = {"format": CHECKPOINT_FORMAT, "text_encoder": bank.encoder, "bank_checksum": bank.checksum,
-            "bank_size": len(bank)}
+            "bank_size": len(bank), "sha256": {name: _sha256(folder / name) for name in _DIGESTED}}
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
     return folder
 
 
-def _read_meta(folder: Path) -> dict:
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_meta(folder: Path, where: str) -> dict:
     missing = [f for f in _FILES if not (folder / f).is_file()]
     if missing:
-        raise CheckpointError(f"{folder}: not a relation checkpoint, missing {missing}")
+        raise CheckpointError(f"{where}: not a relation checkpoint, missing {missing}")
     meta = json.loads((folder / "meta.json").read_text())
     if meta.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{folder}: format {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
+        raise CheckpointError(f"{where}: format {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
     return meta
 
 
-def load_checkpoint(folder: str | Path, map_location: str = "cpu") -> LoadedCheckpoint:
-    """Rebuild the model from its config, load weights strictly, verify the bank."""
+def _verify_digests(folder: Path, where: str, meta: dict) -> None:
+    """Refuse a weights or bank file that changed after saving (no record: an older checkpoint, unverified)."""
+    recorded = meta.get("sha256") or {}
+    for name in _DIGESTED:
+        if recorded.get(name) is not None and (got := _sha256(folder / name)) != recorded[name]:
+            raise CheckpointError(f"{where}: {name} has sha256 {got} but meta.json records {recorded[name]}; "
+                                  "the file is corrupt or was changed after saving")
+
+
+@contextmanager
+def _local_folder(source: str | Path) -> Iterator[Path]:
+    """The checkpoint as a local folder: ``source`` itself, or a temporary copy of the files at a URI."""
+    if not (isinstance(source, str) and "://" in source):
+        yield Path(source)
+        return
+    from pyarrow import fs as pafs
+
+    try:
+        filesystem, root = pafs.FileSystem.from_uri(source)
+        infos = filesystem.get_file_info([f"{root.rstrip('/')}/{name}" for name in _FILES])
+    except (ValueError, OSError) as exc:  # pyarrow: ArrowInvalid (a ValueError) for an unknown scheme
+        raise CheckpointError(f"{source}: cannot open the checkpoint URI: {exc}") from None
+    missing = [name for name, info in zip(_FILES, infos) if info.type != pafs.FileType.File]
+    if missing:
+        raise CheckpointError(f"{source}: not a relation checkpoint, missing {missing}")
+    with tempfile.TemporaryDirectory(prefix="relate-checkpoint-") as tmp:
+        for name, info in zip(_FILES, infos):
+            try:
+                with filesystem.open_input_stream(info.path) as src, open(Path(tmp) / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            except OSError as exc:
+                raise CheckpointError(f"{source}: cannot read {name}: {exc}") from None
+        yield Path(tmp)
+
+
+def load_checkpoint(source: str | Path, map_location: str = "cpu") -> LoadedCheckpoint:
+    """Load a checkpoint folder or URI: verify the file digests, rebuild the model from its config,
+    load weights strictly, verify the bank."""
+    with _local_folder(source) as folder:
+        return _load_folder(folder, str(source), map_location)
+
+
+def _load_folder(folder: Path, where: str, map_location: str) -> LoadedCheckpoint:
     from relate.text.bank import BankError, load_bank
 
-    folder = Path(folder)
-    meta = _read_meta(folder)
+    meta = _read_meta(folder, where)
+    _verify_digests(folder, where, meta)
     cfg = RelationModelConfig.model_validate(yaml.safe_load((folder / "config.yaml").read_text()))
     try:
         bank = load_bank(folder / "text_bank.npz", expect_encoder=meta["text_encoder"], expect_dim=cfg.text_dim)
     except BankError as exc:
-        raise CheckpointError(f"{folder}: text bank does not match the checkpoint: {exc}") from None
+        raise CheckpointError(f"{where}: text bank does not match the checkpoint: {exc}") from None
     if bank.checksum != meta["bank_checksum"]:
-        raise CheckpointError(f"{folder}: text bank checksum {bank.checksum[:12]} differs from the one the "
+        raise CheckpointError(f"{where}: text bank checksum {bank.checksum[:12]} differs from the one the "
                               f"checkpoint was saved with ({meta['bank_checksum'][:12]}); the bank was replaced")
-    model = create_relation_model(cfg)
+    # every weight is in model.safetensors: build the bare architecture, so that loading reaches neither
+    # a model hub nor the training machine's backbone file; model.cfg still says what the run used
+    bare = cfg.backbone.model_copy(update={"pretrained": False, "checkpoint_path": None})
+    model = create_relation_model(cfg.model_copy(update={"backbone": bare}))
+    model.cfg = cfg
     sd = load_file(str(folder / "model.safetensors"), device=map_location)
     expected = set(model.state_dict())
     missing, unexpected = sorted(expected - set(sd)), sorted(set(sd) - expected)
     if missing or unexpected:
-        raise CheckpointError(f"{folder}: weights do not fit the config: missing {missing[:8]}"
+        raise CheckpointError(f"{where}: weights do not fit the config: missing {missing[:8]}"
                               f"{' ...' if len(missing) > 8 else ''}, unexpected {unexpected[:8]}"
                               f"{' ...' if len(unexpected) > 8 else ''}")
     model.load_state_dict(sd, strict=True)
     model.eval()
     cal = Calibration.from_dict(json.loads((folder / "calibration.json").read_text()))
     return LoadedCheckpoint(model, bank, cal, cfg, meta["text_encoder"])
+
+
+def write_calibration(folder: str | Path, calibration: Calibration) -> Path:
+    """Install a Platt map into a local checkpoint folder: only ``calibration.json`` changes, replaced
+    atomically (a concurrent reader sees the old map or the new one); returns its path."""
+    if isinstance(folder, str) and "://" in folder:
+        raise CheckpointError(f"{folder}: write_calibration needs a local checkpoint folder, not a URI")
+    folder = Path(folder)
+    _read_meta(folder, str(folder))
+    if calibration.fitted and calibration.a <= 0:
+        raise CheckpointError(f"{folder}: Platt slope a={calibration.a:.4g} is not positive; such a map would "
+                              "reverse the checkpoint's ranking, so it is not installed")
+    tmp = folder / ".calibration.json.tmp"
+    tmp.write_text(json.dumps(calibration.to_dict()))
+    tmp.replace(folder / "calibration.json")
+    return folder / "calibration.json"

@@ -18,6 +18,11 @@ that every family of predicate is present and each is decidable by exactly what 
   objects flagged ``is_body_part`` so the gate's body-part rules have something to act on.
 
 A scene depends only on ``(seed, index)``, so a corpus can be built in any order or sharding.
+
+Beside what it states, a scene keeps its full truth (``Scene.true_relations``, from
+``relate.data.synthetic_truth``). Two opt-in settings make the corpus positive-unlabeled and mixed
+in annotation scope as real ones are (``relate.data.synthetic_annotation``): ``sources`` and
+``multi_label``. Left at their defaults, the world is exactly what it was before they existed.
 """
 
 from __future__ import annotations
@@ -33,8 +38,11 @@ from pydantic import Field, model_validator
 from relate import geometry as G
 from relate.config import StrictConfig
 from relate.data.lexicon import CONCEPTS
+from relate.data.synthetic_annotation import (MULTI_LABEL_STREAM, AnnotationSourceConfig, check_sources, draw_source,
+                                              state_relations)
+from relate.data.synthetic_truth import BRIGHTNESS_GAP, PairRules, true_relations
 
-__all__ = ["SyntheticConfig", "Scene", "make_scene", "split_of", "PALETTE", "CATEGORIES"]
+__all__ = ["SyntheticConfig", "AnnotationSourceConfig", "Scene", "make_scene", "split_of", "PALETTE", "CATEGORIES"]
 
 PALETTE: dict[str, tuple[int, int, int]] = {
     "red": (214, 40, 40), "green": (46, 160, 67), "blue": (40, 90, 220), "yellow": (240, 210, 50),
@@ -45,6 +53,7 @@ _SKIN = (224, 172, 135)
 FREE_CATEGORIES = ("ball", "cup", "book", "lamp", "plant", "bag", "chair", "dog")
 SMALL_CATEGORIES = ("cup", "book", "ball", "lamp", "plant")
 CATEGORIES = ("person", "head", "hand", "hat", "table", "box") + FREE_CATEGORIES
+_LUMINANCE: dict[str, float] = {c: 0.299 * r + 0.587 * g + 0.114 * b for c, (r, g, b) in PALETTE.items()}
 
 
 class SyntheticConfig(StrictConfig):
@@ -59,6 +68,13 @@ class SyntheticConfig(StrictConfig):
     image_format: Literal["png", "jpeg"] = Field("png", description="Encoding of the written images.")
     split_fractions: tuple[float, float, float] = Field(
         (0.8, 0.1, 0.1), description="Train/val/test shares, assigned by a hash of the image id.")
+    sources: list[AnnotationSourceConfig] | None = Field(
+        None, description="Annotation sources (name, share, families), one drawn per scene from (seed, index); a "
+        "scoped source states only its families and its name is the row's `source`. None: one source "
+        "'synthetic' stating everything (App. B.1).")
+    multi_label: float = Field(
+        0.0, ge=0, le=1, description="Probability that each further true concept of a stated pair is also stated "
+        "(positive-unlabeled pairs, § 3.3); 0: one stated concept per ordered pair.")
 
     @model_validator(mode="after")
     def _check(self) -> "SyntheticConfig":
@@ -68,6 +84,8 @@ class SyntheticConfig(StrictConfig):
             raise ValueError(f"min_objects ({self.min_objects}) must not exceed max_objects ({self.max_objects})")
         if abs(sum(self.split_fractions) - 1.0) > 1e-6 or min(self.split_fractions) < 0:
             raise ValueError(f"split_fractions must be non-negative and sum to 1, got {self.split_fractions}")
+        if self.sources is not None:
+            check_sources(self.sources)
         return self
 
 
@@ -85,7 +103,12 @@ class _Obj:
 
 @dataclass
 class Scene:
-    """One generated scene: the image, its boxes and its true relations."""
+    """One generated scene: the image, its boxes, the relations its source states and the full truth.
+
+    ``relations`` (subject, object, predicate, concept) are what the corpus row carries;
+    ``true_relations`` (subject, object, concept) are every relation that holds, stated from both
+    ends, of which the stated ones are a subset.
+    """
 
     image_id: str
     image: np.ndarray
@@ -93,6 +116,8 @@ class Scene:
     relations: list[dict]
     colours: list[str] = field(default_factory=list)
     depth: list[float] = field(default_factory=list)
+    source: str = "synthetic"
+    true_relations: list[dict] = field(default_factory=list)
 
     @property
     def width(self) -> int:
@@ -102,9 +127,16 @@ class Scene:
     def height(self) -> int:
         return int(self.image.shape[0])
 
+    def true_concepts(self) -> dict[tuple[int, int], set[str]]:
+        """Ordered pair -> every concept true of it."""
+        out: dict[tuple[int, int], set[str]] = {}
+        for r in self.true_relations:
+            out.setdefault((r["subject"], r["object"]), set()).add(r["concept"])
+        return out
+
     def to_record(self, uri: str, split: str | None) -> dict:
-        """The scene as one corpus row (CORPUS_SCHEMA): its true relations, kept, pass ``human``."""
-        return dict(image_id=self.image_id, uri=uri, width=self.width, height=self.height, source="synthetic",
+        """The scene as one corpus row (CORPUS_SCHEMA): its stated relations, kept, pass ``human``."""
+        return dict(image_id=self.image_id, uri=uri, width=self.width, height=self.height, source=self.source,
                     split=split, boxes=self.boxes,
                     relations=[dict(subject=r["subject"], object=r["object"], predicate=r["predicate"],
                                     **{"pass": "human"}, gate="kept", score=None) for r in self.relations])
@@ -127,6 +159,8 @@ class _Builder:
         self.rels: list[tuple[int, int, str]] = []
         self.free_colours = list(PALETTE)
         rng.shuffle(self.free_colours)
+        self.whole: list[int] = []
+        self.rules: PairRules | None = None
 
     # -- helpers -------------------------------------------------------------------------
     def room(self, n: int = 1) -> bool:
@@ -248,64 +282,52 @@ class _Builder:
 
     def derived(self, shapes: list[np.ndarray]) -> None:
         """Depth, spatial, proximity and appearance relations among whole (non-part) objects."""
-        whole = [i for i, o in enumerate(self.objs) if not o.is_body_part]
+        whole = self.whole = [i for i, o in enumerate(self.objs) if not o.is_body_part]
         if len(whole) < 2:
             return
-        boxes = np.stack([self.objs[i].box for i in whole])
+        rules = self.rules = PairRules(np.stack([self.objs[i].box for i in whole]), [shapes[i] for i in whole])
         related = self._related()
-        inter = G.intersection_area(boxes[:, None], boxes[None])
-        areas = G.area(boxes)
-        cover = inter / np.maximum(areas[:, None], 1e-6)
-        masks = [shapes[i] for i in whole]
         # Depth: objects whose drawn shapes overlap visibly, in either stacking order; the order is
         # random (pixel-only). Overlapping boxes whose shapes barely touch would be unreadable labels.
         for a in range(len(whole)):
             for b in range(a + 1, len(whole)):
                 i, j = whole[a], whole[b]
-                if frozenset((i, j)) in related or inter[a, b] <= 0:
+                if frozenset((i, j)) in related:
                     continue
-                shared = int(np.count_nonzero(masks[a] & masks[b]))
-                visible = shared >= max(_MIN_OCCLUSION_PX, _MIN_OCCLUSION_SHARE * min(masks[a].sum(), masks[b].sum()))
-                if visible and max(cover[a, b], cover[b, a]) < 0.9:
+                if rules.occlusion_visible(a, b):
                     front, back = (i, j) if self.objs[i].z > self.objs[j].z else (j, i)
                     self.rel(front, back, "in_front_of")
                     related.add(frozenset((i, j)))
         # Spatial: each object against its nearest unrelated neighbour, separated on one axis.
-        ctr = G.centres(boxes)
+        ctr = rules.ctr
         dist = np.linalg.norm(ctr[:, None] - ctr[None], axis=-1) + np.eye(len(whole)) * 1e9
         for a in range(len(whole)):
             for b in np.argsort(dist[a]):
                 i, j = whole[a], whole[int(b)]
                 if i == j or frozenset((i, j)) in related:
                     continue
-                gx, gy = G._axis_gaps(boxes[a], boxes[b])
-                dx, dy = ctr[b] - ctr[a]
-                if gx > 0 and abs(dx) >= abs(dy):
-                    self.rel(i, j, "left_of" if dx > 0 else "right_of")
-                elif gy > 0:
-                    self.rel(i, j, "above" if dy > 0 else "below")
-                else:
+                concept = rules.spatial(a, int(b))
+                if concept is None:
                     continue
+                self.rel(i, j, concept)
                 related.add(frozenset((i, j)))
                 break
         # Proximity: one close, unrelated pair per scene at most.
-        gaps = G.gap(boxes[:, None], boxes[None])
-        diags = G.diag(boxes)
         cands = [(a, b) for a in range(len(whole)) for b in range(a + 1, len(whole))
-                 if 0 < gaps[a, b] < 0.5 * max(diags[a], diags[b]) and frozenset((whole[a], whole[b])) not in related]
+                 if rules.near(a, b) and frozenset((whole[a], whole[b])) not in related]
         if cands and self.rng.random() < 0.6:
             a, b = cands[int(self.rng.integers(len(cands)))]
             self.rels.append((whole[a], whole[b], "near"))
         self._appearance(whole)
 
     def _appearance(self, whole: list[int]) -> None:
-        lum = {c: 0.299 * r + 0.587 * g + 0.114 * b for c, (r, g, b) in PALETTE.items()}
+        lum = _LUMINANCE
         pool = [i for i in whole if self.objs[i].colour in PALETTE]
         if len(pool) >= 2 and self.rng.random() < 0.4:
             a, b = self.rng.choice(pool, size=2, replace=False)
             self.objs[int(b)].colour = self.objs[int(a)].colour
             self.rels.append((int(a), int(b), "same_colour_as"))
-        pairs = [(i, j) for i in pool for j in pool if i < j and abs(lum[self.objs[i].colour] - lum[self.objs[j].colour]) > 80]
+        pairs = [(i, j) for i in pool for j in pool if i < j and abs(lum[self.objs[i].colour] - lum[self.objs[j].colour]) > BRIGHTNESS_GAP]
         for k in self.rng.permutation(len(pairs))[:2]:
             i, j = pairs[int(k)]
             hi, lo = (i, j) if lum[self.objs[i].colour] > lum[self.objs[j].colour] else (j, i)
@@ -371,12 +393,6 @@ def _draw(d: ImageDraw.ImageDraw, o: _Obj, rgb: tuple[int, int, int]) -> None:
         step = max(3, int(min(w, h) / 4))
         for yy in range(int(y1) + step, int(y2), step):
             d.line([(x1 + 0.3 * w, yy), (x2 - 0.3 * w, yy)], fill=_shade(rgb, 1.25), width=1)
-
-
-# A depth pair needs this much shared drawn area: at least this many pixels and this share of the
-# smaller shape (below it the occluded part is a sliver no viewer could judge).
-_MIN_OCCLUSION_PX = 24
-_MIN_OCCLUSION_SHARE = 0.15
 
 
 def _shape_mask(o: _Obj, w: int, h: int) -> np.ndarray:
@@ -460,5 +476,13 @@ def make_scene(index: int, cfg: SyntheticConfig) -> Scene:
         seen.add((s, o))
         forms = CONCEPTS[concept].forms
         relations.append(dict(subject=s, object=o, predicate=forms[int(rng.integers(len(forms)))], concept=concept))
+    truth = true_relations(b.rules, b.whole, np.stack([o.box for o in b.objs]), [o.z for o in b.objs],
+                           [o.colour for o in b.objs], _LUMINANCE, ((s, o, c) for s, o, c in b.rels if s != o))
+    source = draw_source(cfg.sources, cfg.seed, index) if cfg.sources is not None else None
+    if source is not None or cfg.multi_label > 0:
+        relations = state_relations(relations, truth, cfg.multi_label, source,
+                                    np.random.default_rng([cfg.seed, index, MULTI_LABEL_STREAM]))
     return Scene(image_id, np.asarray(canvas), boxes, relations,
-                 colours=[o.colour for o in b.objs], depth=[o.z for o in b.objs])
+                 colours=[o.colour for o in b.objs], depth=[o.z for o in b.objs],
+                 source="synthetic" if source is None else source.name,
+                 true_relations=[dict(subject=s, object=o, concept=c) for s, o, c in truth])
