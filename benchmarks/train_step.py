@@ -11,8 +11,9 @@ Figures:
   reused), where the two terms' own cost shows.
 
 The predicate space is the training job's own (``train_jobs.relation_data.build_space`` on a
-small synthetic corpus written here): P(q|p) estimated from it, every image of the corpus scoped
-to three predicate families, so both terms do their full work.
+small corpus of the positive-unlabeled synthetic world, ``pipelines/configs/synthetic_pu.yaml``:
+three sources of different scope, pairs stated with some of their true predicates), so P(q|p) is
+estimated from real co-annotations and the scoped sources' masks are live.
 
 ``python -m benchmarks.train_step [--quick] [--out FILE]``
 """
@@ -28,14 +29,21 @@ from pathlib import Path
 CONFIG = Path(__file__).resolve().parents[1] / "train_jobs" / "configs" / "cpu_small.yaml"
 
 
-def _corpus(root: Path, n: int) -> None:
+PU_WORLD = Path(__file__).resolve().parents[1] / "pipelines" / "configs" / "synthetic_pu.yaml"
+
+
+def _corpus(root: Path, n: int):
+    """A train split of ``n`` scenes of the positive-unlabeled world; returns its SyntheticConfig."""
     import pyarrow.parquet as pq
+    import yaml
     from PIL import Image
 
     from relate.data.synthetic import SyntheticConfig, make_scene
     from relate.schema import CORPUS_SCHEMA, to_table
 
-    world = SyntheticConfig(num_scenes=n, min_size=96, max_size=128)
+    pu = yaml.safe_load(PU_WORLD.read_text())
+    world = SyntheticConfig(num_scenes=n, min_size=96, max_size=128, sources=pu["sources"],
+                            multi_label=pu["multi_label"])
     rows = []
     for i in range(n):
         sc = make_scene(i, world)
@@ -45,9 +53,10 @@ def _corpus(root: Path, n: int) -> None:
         rels = [{"subject": r["subject"], "object": r["object"], "predicate": r["predicate"], "pass": "human",
                  "gate": "kept", "score": None} for r in sc.relations]
         rows.append({"image_id": sc.image_id, "uri": str(uri), "width": sc.width, "height": sc.height,
-                     "source": "synthetic", "split": "train", "boxes": sc.boxes, "relations": rels})
+                     "source": sc.source, "split": "train", "boxes": sc.boxes, "relations": rels})
     (root / "corpus" / "train").mkdir(parents=True)
     pq.write_table(to_table(rows, CORPUS_SCHEMA), root / "corpus" / "train" / "part-0.parquet")
+    return world
 
 
 def measure(quick: bool) -> dict[str, float]:
@@ -55,6 +64,7 @@ def measure(quick: bool) -> dict[str, float]:
 
     from relate.config import load_config
     from relate.data.corpus import read_corpus
+    from relate.data.synthetic_annotation import source_scopes
     from relate.losses import force_mask, relation_objective
     from relate.model.model import create_relation_model
     from train_jobs.relation_data import DecodeStage, build_space
@@ -64,10 +74,10 @@ def measure(quick: bool) -> dict[str, float]:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
-        _corpus(root, 24)
+        world = _corpus(root, 40)
+        scopes = [f"data.source_scopes.{k}=[{', '.join(v)}]" for k, v in source_scopes(world.sources).items()]
         cfg = load_config(TrainRelationConfig, CONFIG, [
-            f"data.corpus_root={root}", f"data.cache_dir={root / 'cache'}",
-            "data.source_scopes.synthetic=[spatial, contact, depth]"])
+            f"data.corpus_root={root}", f"data.cache_dir={root / 'cache'}", *scopes])
         space = build_space(cfg.data, cfg.model.text_dim)
         train = read_corpus(root, "train")
         stage = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"],
