@@ -73,6 +73,8 @@ class RunSettings(StrictConfig):
     val_every: int = Field(0, ge=0, description="validate every N steps on rank 0 (0: only at the end)")
     val_images: int = Field(100, gt=0, description="validation images scored in the loop")
     evaluate_test: bool = Field(True, description="after training, score the test split and the frequency baseline")
+    calibrate: bool = Field(True, description="after training, fit Platt (a, b) of Eq. 6 on the val split and install "
+                            "it in the final checkpoint (train_jobs.calibrate; local checkpoints only)")
     log_every: int = Field(10, gt=0, description="rank-0 console log interval in steps")
     kill_worker_at_step: int | None = Field(None, gt=0, description="fault drill: the last rank SIGKILLs itself once at this step")
 
@@ -99,6 +101,7 @@ class TrainRelationResult:
     checkpoint: str | None
     metrics: dict = field(default_factory=dict)
     test: dict = field(default_factory=dict)
+    calibration: dict = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -358,6 +361,16 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     result = build_trainer(cfg).fit()
     path = result.checkpoint.path if result.checkpoint is not None else None
     out = TrainRelationResult(path, dict(result.metrics or {}))
+    if cfg.run.calibrate and path is not None:
+        if _URI.match(path):
+            print(f"calibration skipped: {path} is not a local folder; run train_jobs.calibrate on a copy", flush=True)
+        else:
+            from train_jobs.calibrate import calibrate_checkpoint
+
+            try:  # a failed fit leaves the checkpoint uncalibrated (thresholds refused); the run stands
+                out.calibration = calibrate_checkpoint(path, cfg.data, split="val")
+            except (ValueError, FileNotFoundError) as exc:
+                print(f"calibration not installed: {exc}", flush=True)
     if cfg.run.evaluate_test and path is not None:
         from relate.api import load_model
         from train_jobs.relation_data import report_test

@@ -13,8 +13,8 @@ from relate.metrics._tables import GroundTruth, Predictions, load_ground_truth, 
 from relate.metrics.baseline import FrequencyBaseline, fit_frequency_baseline
 from relate.metrics.bootstrap import (CellBootstrap, CellRows, Difference, Interval, PairedBootstrap,
                                       bootstrap_cell, cell_rows, paired_bootstrap)
-from relate.metrics.calibration import (PlattParams, apply_platt, expected_calibration_error, fit_platt,
-                                        platt_out_of_fold)
+from relate.metrics.calibration import (Calibration, apply_platt, expected_calibration_error, fit_platt,
+                                        platt_out_of_fold, reliability_bins)
 from relate.metrics.composite import (COMPOSITE_AXES, Composite, chance_correct, composite, harmonic_mean,
                                       leave_one_axis_out, ratio_to_reference, recall_chance)
 from relate.metrics.edges import edge_accuracy, edge_correct, edge_join
@@ -38,6 +38,7 @@ __all__ = [
     "fit_frequency_baseline", "edge_accuracy", "edge_correct", "edge_join", "evaluate_federated",
     "score_cells", "SynonymMatcher", "calibrate_synonym_threshold", "evaluate_open_vocab", "rank_of_truth",
     "evaluate_spatial", "spatial_auc", "COMPOSITE_AXES", "Composite", "chance_correct", "composite",
-    "harmonic_mean", "leave_one_axis_out", "ratio_to_reference", "recall_chance", "PlattParams",
-    "apply_platt", "expected_calibration_error", "fit_platt", "platt_out_of_fold", "prior_violation_check",
+    "harmonic_mean", "leave_one_axis_out", "ratio_to_reference", "recall_chance", "Calibration",
+    "apply_platt", "expected_calibration_error", "fit_platt", "platt_out_of_fold", "reliability_bins",
+    "prior_violation_check",
 ]
