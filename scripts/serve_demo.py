@@ -3,7 +3,8 @@
 Starts Ray Serve on 127.0.0.1 with ``serve_apps/configs/local.yaml``'s application settings
 (the given checkpoint replaces the random weights), sends one ``POST /v1/relations`` with
 ``httpx`` for a synthetic scene (its true boxes as regions), prints the returned graph, asks
-``/v1/render`` for the PNG and saves it.
+``/v1/render`` for the PNG and saves it. A calibrated checkpoint (training installs its Platt map)
+is also asked for every triplet at or above a calibrated score of 0.5.
 
     python scripts/serve_demo.py [--checkpoint DIR] [--out runs/demo/serve] [--scene 0] [--port 8000]
 """
@@ -46,6 +47,9 @@ def _port(preferred: int) -> int:
         return s.getsockname()[1]
 
 
+THRESHOLD = 0.5
+
+
 def run(checkpoint: str | None = None, out_dir: str | Path = "runs/demo/serve", scene: int = 0, port: int = 8000) -> dict:
     """Serve, query, print, save; returns the /v1/relations response body."""
     import httpx
@@ -78,6 +82,11 @@ def run(checkpoint: str | None = None, out_dir: str | Path = "runs/demo/serve", 
             edges = [{k: t[k] for k in ("subject", "object", "predicate")} for t in result["triplets"]]
             png = client.post("/v1/render", json={**body, "triplets": edges})
             png.raise_for_status()
+            thresholded = None
+            if result["calibrated"]:  # a calibrated checkpoint answers an operating point, not only a top-k
+                thresholded = client.post("/v1/relations", json={**body, "topk": 50, "threshold": THRESHOLD})
+                thresholded.raise_for_status()
+                thresholded = thresholded.json()
     finally:
         serve.shutdown()
         if started:
@@ -89,6 +98,12 @@ def run(checkpoint: str | None = None, out_dir: str | Path = "runs/demo/serve", 
         print(f"  {t['subject'] + 1}:{names[t['subject']]:<10} {t['predicate']:<22} {t['object'] + 1}:"
               f"{names[t['object']]:<10} score {t['score']:.3f} (spatial {t['spatial_score']:.3f}, "
               f"semantic {t['semantic_score']:.3f})")
+    if thresholded is None:
+        print("  (checkpoint not calibrated: thresholded requests are refused; see train_jobs.calibrate)")
+    else:
+        print(f"POST {url}/v1/relations threshold={THRESHOLD}: {len(thresholded['triplets'])} triplets with "
+              f"calibrated score >= {THRESHOLD}")
+        result["thresholded"] = thresholded
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "graph.png").write_bytes(png.content)
