@@ -1,0 +1,38 @@
+"""The recipe ablation's table: Student-t intervals over seeds and paired differences to the full
+recipe, checked against scipy.stats and hand arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from train_jobs.ablate_recipe import _world_fields, mean_interval, tabulate
+
+
+def test_mean_interval_matches_scipy_t_interval():
+    vals = [0.30, 0.34, 0.29, 0.35]
+    m, lo, hi = mean_interval(vals)
+    ref = stats.t.interval(0.95, len(vals) - 1, loc=sum(vals) / 4, scale=stats.sem(vals))
+    assert m == pytest.approx(0.32) and (lo, hi) == pytest.approx(ref)
+    one = mean_interval([0.5])
+    assert one[0] == 0.5 and math.isnan(one[1]) and math.isnan(one[2])
+
+
+def test_differences_are_paired_by_seed():
+    k = "model/syn/mR@50"
+    runs = {"full": {0: {k: 0.50}, 1: {k: 0.40}}, "neither": {0: {k: 0.45}, 1: {k: 0.36}}}
+    summary, table = tabulate(runs, [k])
+    d = summary["neither"][k]
+    assert d["diff"] == pytest.approx(-0.045)  # (-0.05 - 0.04) / 2, seed by seed
+    # paired: the spread of the differences (0.005), not of the arms (0.05), sets the interval
+    assert d["diff_hi"] - d["diff_lo"] == pytest.approx(2 * stats.t.ppf(0.975, 1) * 0.005)
+    assert "diff" not in summary["full"][k]
+    assert table.splitlines()[0] == "| arm | mR@50 |" and "(-0.045)" in table.splitlines()[3]
+
+
+def test_world_fields_keep_only_the_world_settings(tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text("out_dir: /x\nmulti_label: 0.3\nsources:\n  - {name: a, share: 1.0, families: null}\n")
+    assert _world_fields(str(p)) == {"multi_label": 0.3, "sources": [{"name": "a", "share": 1.0, "families": None}]}
