@@ -34,28 +34,15 @@ PU_WORLD = Path(__file__).resolve().parents[1] / "pipelines" / "configs" / "synt
 
 def _corpus(root: Path, n: int):
     """A train split of ``n`` scenes of the positive-unlabeled world; returns its SyntheticConfig."""
-    import pyarrow.parquet as pq
     import yaml
-    from PIL import Image
 
-    from relate.data.synthetic import SyntheticConfig, make_scene
-    from relate.schema import CORPUS_SCHEMA, to_table
+    from relate.data.synthetic import SyntheticConfig
+    from relate.data.synthetic_corpus import write_corpus
 
     pu = yaml.safe_load(PU_WORLD.read_text())
     world = SyntheticConfig(num_scenes=n, min_size=96, max_size=128, sources=pu["sources"],
                             multi_label=pu["multi_label"])
-    rows = []
-    for i in range(n):
-        sc = make_scene(i, world)
-        uri = root / "images" / f"{sc.image_id}.png"
-        uri.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(sc.image).save(uri)
-        rels = [{"subject": r["subject"], "object": r["object"], "predicate": r["predicate"], "pass": "human",
-                 "gate": "kept", "score": None} for r in sc.relations]
-        rows.append({"image_id": sc.image_id, "uri": str(uri), "width": sc.width, "height": sc.height,
-                     "source": sc.source, "split": "train", "boxes": sc.boxes, "relations": rels})
-    (root / "corpus" / "train").mkdir(parents=True)
-    pq.write_table(to_table(rows, CORPUS_SCHEMA), root / "corpus" / "train" / "part-0.parquet")
+    write_corpus(root, world)
     return world
 
 

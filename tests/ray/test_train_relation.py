@@ -15,29 +15,11 @@ CONFIG = Path(__file__).resolve().parents[2] / "train_jobs" / "configs" / "cpu_s
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A small corpus in the project layout, written straight from the synthetic world."""
-    import pyarrow.parquet as pq
-    from PIL import Image
+    from relate.data.synthetic import SyntheticConfig
+    from relate.data.synthetic_corpus import write_corpus
 
-    from relate.data.synthetic import SyntheticConfig, make_scene
-    from relate.schema import CORPUS_SCHEMA, to_table
-
-    out = tmp_path_factory.mktemp("synth")
     world = SyntheticConfig(num_scenes=40, min_size=64, max_size=96, max_objects=6)
-    rows = {"train": [], "val": []}
-    for i in range(world.num_scenes):
-        sc = make_scene(i, world)
-        split = "val" if i % 5 == 0 else "train"
-        uri = out / "images" / f"{sc.image_id}.png"
-        uri.parent.mkdir(exist_ok=True)
-        Image.fromarray(sc.image).save(uri)
-        rels = [dict(r, **{"pass": "human", "gate": "kept", "score": None}) for r in sc.relations]
-        rels = [{k: r[k] for k in ("subject", "object", "predicate", "pass", "gate", "score")} for r in rels]
-        rows[split].append({"image_id": sc.image_id, "uri": str(uri), "width": sc.width, "height": sc.height,
-                            "source": "synthetic", "split": split, "boxes": sc.boxes, "relations": rels})
-    for split, items in rows.items():
-        (out / "corpus" / split).mkdir(parents=True)
-        pq.write_table(to_table(items, CORPUS_SCHEMA), out / "corpus" / split / "part-0.parquet")
-    return out
+    return write_corpus(tmp_path_factory.mktemp("synth"), world, lambda i: "val" if i % 5 == 0 else "train")
 
 
 def _cfg(corpus: Path, storage: Path, name: str, **run):

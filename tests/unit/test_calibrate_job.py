@@ -16,28 +16,11 @@ VAL_IMAGES = 8
 
 
 def _write_corpus(out: Path) -> Path:
-    import pyarrow.parquet as pq
-    from PIL import Image
-
-    from relate.data.synthetic import SyntheticConfig, make_scene
-    from relate.schema import CORPUS_SCHEMA, to_table
+    from relate.data.synthetic import SyntheticConfig
+    from relate.data.synthetic_corpus import write_corpus
 
     world = SyntheticConfig(num_scenes=2 * VAL_IMAGES, min_size=64, max_size=96, max_objects=6)
-    rows: dict[str, list] = {"train": [], "val": []}
-    for i in range(world.num_scenes):
-        sc = make_scene(i, world)
-        split = "val" if i % 2 == 0 else "train"
-        uri = out / "images" / f"{sc.image_id}.png"
-        uri.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(sc.image).save(uri)
-        rels = [{"subject": r["subject"], "object": r["object"], "predicate": r["predicate"], "pass": "human",
-                 "gate": "kept", "score": None} for r in sc.relations]
-        rows[split].append({"image_id": sc.image_id, "uri": str(uri), "width": sc.width, "height": sc.height,
-                            "source": "synthetic", "split": split, "boxes": sc.boxes, "relations": rels})
-    for split, items in rows.items():
-        (out / "corpus" / split).mkdir(parents=True)
-        pq.write_table(to_table(items, CORPUS_SCHEMA), out / "corpus" / split / "part-0.parquet")
-    return out
+    return write_corpus(out, world, lambda i: "val" if i % 2 == 0 else "train")
 
 
 def _arranged_checkpoints(root: Path, corpus: Path) -> tuple[Path, Path]:
