@@ -8,8 +8,8 @@ probability: p = sigmoid(a * z + b). With a > 0 the map is monotone, so every ra
 unchanged. An uncalibrated model stores NaN, never a borrowed (a, b): thresholds do not
 transfer between checkpoints.
 
-The fit maximises the binomial likelihood by Newton's method with a backtracking line search
-(Lin, Lin and Weng's robust form of Platt's algorithm). ``targets="platt"`` (the default) uses
+The fit maximises the binomial likelihood with scikit-learn's unpenalised logistic regression on
+the one logit feature, targets entering as sample weights. ``targets="platt"`` (the default) uses
 Platt's smoothed targets, (N+ + 1) / (N+ + 2) for a positive and 1 / (N- + 2) for a negative,
 which keeps the fit finite on separable data and, on the hundreds of thousands of cells a
 checkpoint is fitted on, differs from the plain fit by O(1/N); ``targets="hard"`` fits the 0/1
@@ -76,7 +76,7 @@ def _check(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def fit_platt(logits: np.ndarray, labels: np.ndarray, *, targets: Targets = "platt",
-              max_iter: int = 100) -> Calibration:
+              max_iter: int = 1000) -> Calibration:
     """Fit (a, b) of p = sigmoid(a * logit + b) on binary labels (see the module docstring)."""
     z, y = _check(logits, labels)
     n_pos, n_neg = float(y.sum()), float((~y).sum())
@@ -89,37 +89,25 @@ def fit_platt(logits: np.ndarray, labels: np.ndarray, *, targets: Targets = "pla
         t = y.astype(np.float64)
     else:
         raise ValueError(f"targets={targets!r}: expected 'platt' or 'hard'")
-    # Newton on the mean negative log-likelihood, scaled by n so tolerances do not depend on it
-    n = float(z.size)
-    theta = np.array([0.0, math.log((n_pos + 1) / (n_neg + 1))])
+    # soft targets as sample weights: each cell is a positive with weight t and a negative with 1 - t
+    import warnings
 
-    def nll(th: np.ndarray) -> float:
-        f = th[0] * z + th[1]
-        return float((np.logaddexp(0.0, f) - t * f).sum() / n)
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
 
-    from scipy.special import expit
-
-    loss = nll(theta)
-    for _ in range(max_iter):
-        p = expit(theta[0] * z + theta[1])
-        r, v = p - t, p * (1 - p)
-        g = np.array([(r * z).sum(), r.sum()]) / n
-        h = np.array([[(v * z * z).sum(), (v * z).sum()], [(v * z).sum(), v.sum()]]) / n
-        if np.abs(g).max() < 1e-10:
-            return Calibration(float(theta[0]), float(theta[1]))
-        step = -np.linalg.solve(h + 1e-12 * np.eye(2), g)
-        size = 1.0
-        while size >= 1e-10:
-            cand = theta + size * step
-            new = nll(cand)
-            if new <= loss + 1e-4 * size * float(g @ step):
-                break
-            size /= 2
-        else:  # no descent along the Newton direction: at the optimum up to rounding
-            return Calibration(float(theta[0]), float(theta[1]))
-        theta, loss = cand, new
-    raise ValueError(f"Platt fit did not converge in {max_iter} Newton steps (a={theta[0]:.3g}); the labels are "
-                     f"probably separable by the logit, where targets='hard' has no finite fit: use targets='platt'")
+    x = np.concatenate([z, z])[:, None]
+    w = np.concatenate([t, 1 - t])
+    keep = w > 0
+    lr = LogisticRegression(C=np.inf, tol=1e-10, max_iter=max_iter)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        try:
+            lr.fit(x[keep], np.r_[np.ones(z.size), np.zeros(z.size)][keep], sample_weight=w[keep])
+        except ConvergenceWarning:
+            raise ValueError(f"Platt fit did not converge in {max_iter} iterations; the labels are probably "
+                             "separable by the logit, where targets='hard' has no finite fit: use targets='platt'"
+                             ) from None
+    return Calibration(float(lr.coef_[0, 0]), float(lr.intercept_[0]))
 
 
 def apply_platt(logits: np.ndarray, params: Calibration) -> np.ndarray:
