@@ -21,7 +21,7 @@ from relate.schema import to_table
 __all__ = ["EXPORTERS", "synthesize_negatives", "simulate_detections", "export_benchmark_suite", "write_vg_h5",
            "write_vg150", "write_indoorvg", "write_psg", "write_haystack", "write_hico_det", "write_spatialsense"]
 
-_SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
+_SPLIT_CODE = {"train": 0, "val": 0, "test": 2}  # Scene-Graph-Benchmark carves val out of the train rows
 
 
 def _rows(corpus: pa.Table) -> list[dict]:
@@ -83,12 +83,14 @@ def synthesize_negatives(corpus: pa.Table, *, seed: int = 0) -> pa.Table:
 
 def write_vg_h5(corpus: pa.Table, out_dir: str | Path, *, box_scale: int = 1024, h5_name: str = "VG-SGG-with-attri.h5",
                 dicts_name: str = "VG-SGG-dicts-with-attri.json", image_data_name: str = "image_data.json") -> Path:
-    """Scene-Graph-Benchmark layout (see relate.data.readers.vg150 for the fields)."""
+    """Scene-Graph-Benchmark layout (see relate.data.readers.vg150 for the fields). Val images are
+    written as the first training rows, which is where Scene-Graph-Benchmark takes its val split
+    from: read them back with ``num_val_im`` set to their number."""
     import h5py
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = _rows(corpus)
+    rows = sorted(_rows(corpus), key=lambda r: r["split"] != "val")  # val = the first train-coded rows
     labels = sorted({b["category"] for r in rows for b in r["boxes"]})
     preds = sorted({x["predicate"] for r in rows for x in r["relations"]})
     lab_idx = {c: i + 1 for i, c in enumerate(labels)}
@@ -230,7 +232,8 @@ def write_hico_det(corpus: pa.Table, out_dir: str | Path, *, cells: pa.Table | N
 
 
 def write_spatialsense(corpus: pa.Table, out_dir: str | Path, *, cells: pa.Table | None = None, seed: int = 0) -> Path:
-    """annotations.json with boxes as [y1, y2, x1, x2] and a true/false label per triple."""
+    """annotations.json with boxes as [y1, y2, x1, x2] and a true/false label per triple; the images
+    go under ``images/flickr/`` and their urls are Flickr addresses, as in the released dataset."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = _rows(corpus)
@@ -241,9 +244,10 @@ def write_spatialsense(corpus: pa.Table, out_dir: str | Path, *, cells: pa.Table
                          "bbox": [r["boxes"][k]["y1"], r["boxes"][k]["y2"], r["boxes"][k]["x1"], r["boxes"][k]["x2"]]}
         anns = [{"_id": f"{r['image_id']}_{j}", "predicate": c["predicate"], "subject": ent(c["subject"]),
                  "object": ent(c["object"]), "label": bool(c["label"])} for j, c in enumerate(cells.get(r["image_id"], []))]
-        doc.append({"url": f"images/{r['image_id']}.jpg", "width": r["width"], "height": r["height"],
+        url = f"https://farm.staticflickr.invalid/0/{r['image_id']}.jpg"  # a Flickr address, as the real file
+        doc.append({"url": url, "width": r["width"], "height": r["height"],
                     "split": {"val": "valid"}.get(r["split"], r["split"]), "annotations": anns})
-    _write_images(rows, out / "images")
+    _write_images(rows, out / "images" / "flickr")  # where the released archive puts Flickr images
     (out / "annotations.json").write_text(json.dumps(doc))
     return out
 

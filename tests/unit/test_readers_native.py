@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from relate.data.export import EXPORTERS, synthesize_negatives, write_psg, write_spatialsense, write_vg150
-from relate.data.readers import READERS, read_benchmark, read_psg, read_spatialsense, read_vg150
+from relate.data.readers import READERS, EmptySplitError, read_benchmark, read_psg, read_spatialsense, read_vg150
 from relate.schema import CORPUS_SCHEMA, to_table, validate_corpus
 
 CATS = ["person", "cup", "table", "shirt", "dog"]
@@ -129,7 +129,8 @@ def test_vg150_box_scale_and_degenerate_boxes(tmp_path):
     assert [r["boxes"][0][k] for k in ("x1", "y1", "x2", "y2")] == [160, 80, 240, 120]
     assert r["boxes"][1]["x2"] - r["boxes"][1]["x1"] == pytest.approx(1.0)  # zero width -> 1 px
     assert r["relations"][0]["predicate"] == "riding" and r["boxes"][1]["category"] == "horse"
-    assert read_vg150(root, split="train", filter_empty_rels=False).corpus.num_rows == 1
+    assert read_vg150(root, split="train", filter_empty_rels=False, num_val_im=0).corpus.num_rows == 1
+    assert read_vg150(root, split="val", filter_empty_rels=False).corpus.num_rows == 1  # val comes from train
     with pytest.raises(KeyError, match="boxes_512"):
         read_vg150(root, box_scale=512)
     with pytest.raises(FileNotFoundError, match="image_data.json"):
@@ -154,7 +155,8 @@ def test_psg_boxes_from_panoptic_segments(tmp_path):
     seg = read_psg(tmp_path / "psg", boxes_from="segments").corpus
     ann = read_psg(tmp_path / "psg").corpus
     assert _triples(seg, tol=0) == _triples(ann, tol=0)
-    assert read_psg(tmp_path / "psg", split="train").corpus.num_rows == 0
+    with pytest.raises(EmptySplitError, match=r"split 'train' of .*psg.json yields no images.*\['test'\]"):
+        read_psg(tmp_path / "psg", split="train")
     with pytest.raises(ValueError, match="boxes_from"):
         read_psg(tmp_path / "psg", boxes_from="masks")
 

@@ -4,21 +4,30 @@ A reader parses one native layout into the project's CORPUS_SCHEMA table (positi
 boxes) and, for benchmarks that adjudicate negatives (Haystack, SpatialSense, HICO-DET
 ``no_interaction``), a table of labelled cells: (subject, object, predicate, label). A labelled
 cell is what federated metrics score; an unlabelled cell is unknown, never negative.
+
+Readers follow the field's own loaders on the real files. Where this project cannot (the schema
+refuses a self-loop, say), the reader counts what it changed in ``BenchmarkData.notes`` instead of
+changing it silently. A split that yields no image is an error (:class:`EmptySplitError`), and
+``read_benchmark(..., exclude=FILE)`` drops the images a leakage exclusion list names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import csv
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from relate.registry import Registry
 from relate.schema import CORPUS_SCHEMA, SchemaError, to_table, validate_corpus
 
-__all__ = ["CELL_TYPE", "CELLS_SCHEMA", "BenchmarkData", "READERS", "read_benchmark", "make_box",
-           "build_tables"]
+__all__ = ["CELL_TYPE", "CELLS_SCHEMA", "BenchmarkData", "READERS", "EmptySplitError", "read_benchmark",
+           "make_box", "build_tables", "require_images", "normalise_image_id", "load_exclusions",
+           "exclude_images"]
 
 CELL_TYPE = pa.struct([("subject", pa.int32()), ("object", pa.int32()), ("predicate", pa.string()),
                        ("label", pa.bool_())])
@@ -26,6 +35,10 @@ CELLS_SCHEMA = pa.schema([pa.field("image_id", pa.string(), nullable=False),
                           pa.field("cells", pa.list_(CELL_TYPE), nullable=False)])
 
 READERS: Registry[Callable[..., "BenchmarkData"]] = Registry("benchmark reader")
+
+
+class EmptySplitError(ValueError):
+    """A split read to zero images: a wrong split name or a wrong file, never an empty benchmark."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,8 @@ class BenchmarkData:
     corpus: pa.Table                 # CORPUS_SCHEMA
     cells: pa.Table | None = None    # CELLS_SCHEMA, only where negatives are adjudicated
     predicates: tuple[str, ...] = () # the benchmark's own predicate vocabulary, in its order
+    notes: Mapping[str, int] = field(default_factory=dict)  # what the reader skipped or changed, by reason
+    excluded: tuple[str, ...] = ()   # image ids removed by a leakage exclusion list
 
     @property
     def vocabulary_size(self) -> int:
@@ -46,6 +61,15 @@ def make_box(x1: float, y1: float, x2: float, y2: float, category: str | None) -
     return {"x1": float(x1), "y1": float(y1), "x2": float(x2), "y2": float(y2), "category": category,
             "is_person": category is not None and category.lower() in ("person", "man", "woman", "people"),
             "is_body_part": False}
+
+
+def require_images(rows: list, *, name: str, where: str | Path, split: str, present: Iterable[str] = ()) -> None:
+    """Raise :class:`EmptySplitError` when a split yields no image, naming the file and the splits it has."""
+    if rows:
+        return
+    have = sorted({str(s) for s in present})
+    raise EmptySplitError(f"{name}: split {split!r} of {where} yields no images"
+                          + (f"; the file holds images of split(s) {have}" if have else ""))
 
 
 def build_tables(name: str, images: Iterable[Mapping[str, Any]]) -> tuple[pa.Table, pa.Table | None]:
@@ -72,9 +96,57 @@ def build_tables(name: str, images: Iterable[Mapping[str, Any]]) -> tuple[pa.Tab
     return corpus, cells
 
 
-def read_benchmark(name: str, path: str, **kwargs: Any) -> BenchmarkData:
-    """Look up a registered reader by name (``vg150``, ``psg``, ...) and read ``path`` with it."""
-    return READERS.get(name)(path, **kwargs)
+def normalise_image_id(x: Any) -> str:
+    """Ids compare as strings without surrounding space or leading zeros (000123 == 123), the rule of
+    the leakage filter (pipelines.leakage), so a list it writes matches ids spelled either way."""
+    s = str(x).strip()
+    return (s.lstrip("0") or "0") if s.isdigit() else s
+
+
+def load_exclusions(path: str | Path) -> set[str]:
+    """Normalised image ids from an exclusion list: the leakage job's ``excluded_ids.csv`` (header
+    ``image_id,reason``) or a plain text file with one id per line (``#`` starts a comment)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"exclusion list {p} not found")
+    out: set[str] = set()
+    if p.suffix.lower() == ".csv":
+        with open(p, newline="") as fh:
+            for i, row in enumerate(csv.reader(fh)):
+                if not row or (i == 0 and row[0].strip().lower() == "image_id"):
+                    continue
+                out.add(normalise_image_id(row[0]))
+        return out
+    for line in p.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            out.add(normalise_image_id(line))
+    return out
+
+
+def exclude_images(data: BenchmarkData, ids: set[str], *, source: str = "exclusion list") -> BenchmarkData:
+    """Drop the images whose (normalised) id is in ``ids`` from corpus and cells; refuse an empty result."""
+    got = data.corpus.column("image_id").to_pylist()
+    drop = [i for i in got if normalise_image_id(i) in ids]
+    if not drop:
+        return replace(data, excluded=())
+    if len(drop) == len(got):
+        raise EmptySplitError(f"{data.name}: the exclusion list {source} removes all {len(got)} images")
+    gone = set(drop)
+    corpus = data.corpus.filter(pa.array([i not in gone for i in got]))
+    cells = data.cells
+    if cells is not None:
+        cells = cells.filter(pc.invert(pc.is_in(cells.column("image_id"), pa.array(drop))))
+    return replace(data, corpus=corpus, cells=cells, excluded=tuple(sorted(drop)))
+
+
+def read_benchmark(name: str, path: str, *, exclude: str | None = None, **kwargs: Any) -> BenchmarkData:
+    """Look up a registered reader by name (``vg150``, ``psg``, ...) and read ``path`` with it;
+    ``exclude`` names a leakage exclusion list (see :func:`load_exclusions`) applied after reading."""
+    data = READERS.get(name)(path, **kwargs)
+    if exclude:
+        data = exclude_images(data, load_exclusions(exclude), source=str(exclude))
+    return data
 
 
 def _clip_box(b: np.ndarray, w: float, h: float) -> np.ndarray:

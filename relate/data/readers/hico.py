@@ -4,25 +4,31 @@
 ``file_name``, ``annotations`` (``bbox`` as absolute x1 y1 x2 y2, ``category_id`` an object id)
 and ``hoi_annotation`` (``subject_id`` / ``object_id`` index the image's annotations,
 ``category_id`` is the 1-based verb id). Verb names come from HICO's ``hico_list_vb.txt`` (lines
-``<id> <name>``) and object names from a COCO-style ``categories`` json. The layout stores no
-image size, so it is read from the image header under ``images/<split dir>/`` (PIL reads only
-the header); without the image, the extent of the boxes is used and flagged in ``uri``.
+``<id> <name>``) and object names from a COCO-style ``categories`` json.
 
-``no_interaction`` pairs are not relations. With ``cells=True`` each such pair becomes a labelled
-negative for every verb, and annotated verbs become positives: the federated cells of A2.
+The layout stores no image size. It is read from ``image_sizes.json`` (``{file_name: [width,
+height]}``, e.g. taken from the ``size`` field of HICO-DET's ``anno_bbox.mat``) when present, else
+from the image header under ``images/<split dir>/`` (PIL reads only the header). A size is never
+guessed from the extent of the boxes: an image whose size cannot be found is an error that names
+every such file.
+
+``no_interaction`` pairs are not relations, and an image whose pairs are all ``no_interaction``
+is not a relation image: it is left out of the corpus and of the cells (counted in ``notes``).
+With ``cells=True`` each ``no_interaction`` pair of a relation image becomes a labelled negative
+for every verb, and annotated verbs become positives: the federated cells of A2.
 """
 
 from __future__ import annotations
 
 import json
-import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from relate.data.readers.base import READERS, BenchmarkData, _clip_box, build_tables, make_box
+from relate.data.readers.base import READERS, BenchmarkData, _clip_box, build_tables, make_box, require_images
 
-__all__ = ["read_hico_det", "read_name_list"]
+__all__ = ["read_hico_det", "read_name_list", "image_sizes", "NO_INTERACTION"]
 
 _FILES = {"train": ("trainval_hico.json", "train2015"), "test": ("test_hico.json", "test2015")}
 NO_INTERACTION = "no_interaction"
@@ -40,56 +46,79 @@ def read_name_list(path: Path) -> dict[int, str]:
     return out
 
 
-def _size(img_path: Path, boxes: list[list[float]]) -> tuple[int, int, bool]:
-    if img_path.is_file():
-        from PIL import Image
+def image_sizes(file_names: list[str], img_dir: Path, sizes_file: Path | None) -> dict[str, tuple[int, int]]:
+    """True (width, height) per file name from ``sizes_file`` or the image header; every file whose
+    size cannot be found is named in one FileNotFoundError."""
+    known: dict[str, tuple[int, int]] = {}
+    if sizes_file is not None and sizes_file.is_file():
+        known = {k: (int(v[0]), int(v[1])) for k, v in json.loads(sizes_file.read_text()).items()}
+    out, missing = {}, []
+    for fn in file_names:
+        if fn in known:
+            out[fn] = known[fn]
+        elif (img_dir / fn).is_file():
+            from PIL import Image
 
-        with Image.open(img_path) as im:
-            return im.width, im.height, True
-    w = max([b[2] for b in boxes] + [1.0])
-    h = max([b[3] for b in boxes] + [1.0])
-    return int(math.ceil(w)), int(math.ceil(h)), False
+            with Image.open(img_dir / fn) as im:
+                out[fn] = (im.width, im.height)
+        else:
+            missing.append(fn)
+    if missing:
+        raise FileNotFoundError(
+            f"HICO-DET: no size for {len(missing)} image(s) (neither under {img_dir} nor in "
+            f"{sizes_file}); the json layout stores none and box extents are not a size: {missing}")
+    return out
 
 
 @READERS.register("hico_det")
 def read_hico_det(path: str | Path, *, split: str = "test", verb_list: str = "hico_list_vb.txt",
-                  object_categories: str = "coco_categories.json", cells: bool = False) -> BenchmarkData:
+                  object_categories: str = "coco_categories.json", cells: bool = False,
+                  sizes: str = "image_sizes.json") -> BenchmarkData:
     """Read HICO-DET; verbs are the predicates (``no_interaction`` excluded from relations)."""
     if split not in _FILES:
         raise ValueError(f"split must be one of {list(_FILES)}, got {split!r}")
     root = Path(path)
     ann_name, img_dir = _FILES[split]
     ann = root / "annotations" / ann_name
-    for p in (ann, root / verb_list, root / object_categories):
-        if not p.is_file():
-            raise FileNotFoundError(f"HICO-DET: expected {p}")
+    missing = [str(p) for p in (ann, root / verb_list, root / object_categories) if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"HICO-DET: missing {missing}")
     verbs = read_name_list(root / verb_list)
     objects = {int(c["id"]): c["name"] for c in json.loads((root / object_categories).read_text())}
-    rows = []
+    notes: Counter = Counter()
+    kept = []
     for d in json.loads(ann.read_text()):
-        boxes = [a["bbox"] for a in d["annotations"]]
-        w, h, real = _size(root / "images" / img_dir / d["file_name"], boxes)
-        b = _clip_box(np.asarray(boxes, dtype=float).reshape(-1, 4), w, h)
-        rels, cs = [], []
+        rels, cs, n_pairs = [], [], 0
         for hoi in d.get("hoi_annotation", []):
             s, o, v = int(hoi["subject_id"]), int(hoi["object_id"]), verbs[int(hoi["category_id"])]
             if s == o or o < 0:
+                notes["pairs dropped: no object or subject == object"] += 1
                 continue
+            n_pairs += 1
             if v == NO_INTERACTION:
                 cs += [{"subject": s, "object": o, "predicate": name, "label": False}
                        for name in verbs.values() if name != NO_INTERACTION]
                 continue
             rels.append({"subject": s, "object": o, "predicate": v, "pass": "human", "gate": "kept", "score": None})
             cs.append({"subject": s, "object": o, "predicate": v, "label": True})
-        iid = Path(d["file_name"]).stem
-        row = {"image_id": iid, "uri": str(root / "images" / img_dir / d["file_name"]) + ("" if real else "#size-from-boxes"),
+        if not rels:
+            if n_pairs:
+                notes["images left out: every pair no_interaction (not a relation image)"] += 1
+            continue
+        kept.append((d, rels, cs))
+    require_images(kept, name="hico_det", where=ann, split=split)
+    size = image_sizes([d["file_name"] for d, _, _ in kept], root / "images" / img_dir, root / sizes)
+    rows = []
+    for d, rels, cs in kept:
+        w, h = size[d["file_name"]]
+        b = _clip_box(np.asarray([a["bbox"] for a in d["annotations"]], dtype=float).reshape(-1, 4), w, h)
+        row = {"image_id": Path(d["file_name"]).stem, "uri": str(root / "images" / img_dir / d["file_name"]),
                "width": w, "height": h, "source": "hico_det", "split": split,
                "boxes": [make_box(*bb, objects[int(a["category_id"])]) for bb, a in zip(b, d["annotations"])],
                "relations": rels}
         if cells:
             row["cells"] = cs
-        if rels or cs:
-            rows.append(row)
+        rows.append(row)
     corpus, cell_table = build_tables("hico_det", rows)
     vocab = tuple(verbs[k] for k in sorted(verbs) if verbs[k] != NO_INTERACTION)
-    return BenchmarkData("hico_det", corpus, cell_table, vocab)
+    return BenchmarkData("hico_det", corpus, cell_table, vocab, notes=dict(notes))

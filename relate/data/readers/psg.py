@@ -6,22 +6,34 @@ psg.json holds ``thing_classes``, ``stuff_classes`` and ``predicate_classes`` (0
 row-aligned ``annotations`` (``bbox`` as absolute x1 y1 x2 y2, ``category_id`` into things +
 stuff) and ``relations`` as [subject, object, predicate] triples. Boxes come from the annotations
 by default or, with ``boxes_from="segments"``, from the panoptic PNG itself (segment id = R +
-256 G + 256^2 B, COCO's encoding).
+256 G + 256^2 B, COCO's encoding). As in OpenPSG's dataset, an image without relations is not
+loaded and the train split is every image outside ``test_image_ids``.
 
-Haystack reuses PSG's predicates and layout; each entry adds ``neg_relations``: cells an
-annotator inspected and marked false. Positives and negatives become labelled cells (A2).
+Haystack (``annotation_v1.json``) reuses PSG's predicates and layout; each entry adds
+``neg_relations``: cells an annotator inspected and marked false. Positives and negatives become
+labelled cells (A2); an image that carries only negatives is kept, since its negatives are scored.
+Haystack is an evaluation set: without ``test_image_ids`` every image is a test image. Its own
+scorer skips a triple whose predicate is -1 (unusable); so does this reader, counting them, where
+Python indexing would silently read the last predicate instead.
+
+Relations whose subject and object are the same segment are dropped and counted in ``notes``
+(the project schema refuses self-loops).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from relate.data.readers.base import READERS, BenchmarkData, _clip_box, build_tables, make_box
+from relate.data.readers.base import READERS, BenchmarkData, _clip_box, build_tables, make_box, require_images
 
-__all__ = ["read_psg", "read_haystack", "segment_boxes"]
+__all__ = ["read_psg", "read_haystack", "segment_boxes", "HAYSTACK_JSON_NAMES"]
+
+HAYSTACK_JSON_NAMES = ("annotation_v1.json", "haystack.json")
+UNUSABLE = -1
 
 
 def segment_boxes(png_path: Path, segment_ids: list[int]) -> np.ndarray:
@@ -39,24 +51,54 @@ def segment_boxes(png_path: Path, segment_ids: list[int]) -> np.ndarray:
     return out
 
 
-def _read(path: str | Path, *, source: str, split: str, json_name: str, boxes_from: str,
-          with_negatives: bool, filter_empty_rels: bool) -> BenchmarkData:
+def _triples(d: dict, key: str, preds: list[str], notes: Counter, where: Path) -> list[tuple[int, int, str]]:
+    """[subject, object, predicate] triples of one entry: -1 predicates and self relations skipped
+    (and counted); any other predicate outside the list is a malformed file."""
+    out = []
+    for t in d.get(key) or []:
+        s, o, p = (int(v) for v in t)
+        if p == UNUSABLE:
+            notes[f"{key} with predicate -1 skipped (unusable, as Haystack's scorer)"] += 1
+            continue
+        if not 0 <= p < len(preds):
+            raise ValueError(f"{where}: image_id={d['image_id']!r} {key} {list(t)} has predicate {p}, outside "
+                             f"the {len(preds)} predicate_classes")
+        if s == o:
+            notes[f"{key} with subject == object dropped"] += 1
+            continue
+        out.append((s, o, preds[p]))
+    return out
+
+
+def _read(path: str | Path, *, source: str, split: str, json_names: tuple[str, ...], boxes_from: str,
+          with_negatives: bool, image_dir: str) -> BenchmarkData:
     root = Path(path)
-    f = root / json_name if root.is_dir() else root
+    f = next((root / n for n in json_names if (root / n).is_file()), root / json_names[0]) if root.is_dir() else root
     root = f.parent
     if not f.is_file():
-        raise FileNotFoundError(f"{f}: {source} annotation file not found")
+        raise FileNotFoundError(f"{source}: annotation file not found; looked for {[str(root / n) for n in json_names]}")
     if boxes_from not in ("annotations", "segments"):
         raise ValueError(f"boxes_from must be 'annotations' or 'segments', got {boxes_from!r}")
     doc = json.loads(f.read_text())
     classes = list(doc["thing_classes"]) + list(doc["stuff_classes"])
     preds = list(doc["predicate_classes"])
+    if "test_image_ids" not in doc and not with_negatives:
+        raise ValueError(f"{f}: no 'test_image_ids'; PSG's split is defined by that list")
+    every_test = "test_image_ids" not in doc  # Haystack: an evaluation set
     test_ids = {str(i) for i in doc.get("test_image_ids", [])}
-    rows = []
+    notes: Counter = Counter()
+    rows, present = [], set()
     for d in doc["data"]:
         iid = str(d["image_id"])
-        in_split = (iid in test_ids) == (split == "test") or split == "all"
-        if not in_split:
+        own = "test" if every_test or iid in test_ids else "train"
+        present.add(own)
+        if own != split and split != "all":
+            continue
+        pos = _triples(d, "relations", preds, notes, f)
+        neg = _triples(d, "neg_relations", preds, notes, f) if with_negatives else []
+        if not pos and not neg:
+            if d.get("relations") or d.get("neg_relations"):
+                notes["images dropped: no usable relation left"] += 1
             continue
         w, h = float(d["width"]), float(d["height"])
         if boxes_from == "segments":
@@ -65,33 +107,32 @@ def _read(path: str | Path, *, source: str, split: str, json_name: str, boxes_fr
             b = np.array([a["bbox"] for a in d["annotations"]], dtype=np.float64).reshape(-1, 4)
         b = _clip_box(b, w, h)
         cats = [classes[int(a["category_id"])] for a in d["annotations"]]
-        rel = lambda t: {"subject": int(t[0]), "object": int(t[1]), "predicate": preds[int(t[2])],  # noqa: E731
-                         "pass": "human", "gate": "kept", "score": None}
-        r = [rel(t) for t in d.get("relations", []) if t[0] != t[1]]
-        if filter_empty_rels and not r and not d.get("neg_relations"):
-            continue
-        row = {"image_id": iid, "uri": str(root / "images" / d["file_name"]), "width": int(w), "height": int(h),
-               "source": source, "split": split, "boxes": [make_box(*bb, c) for bb, c in zip(b, cats)], "relations": r}
+        rel = [{"subject": s, "object": o, "predicate": p, "pass": "human", "gate": "kept", "score": None}
+               for s, o, p in pos]
+        row = {"image_id": iid, "uri": str(root / image_dir / d["file_name"]), "width": int(w), "height": int(h),
+               "source": source, "split": split, "boxes": [make_box(*bb, c) for bb, c in zip(b, cats)],
+               "relations": rel}
         if with_negatives:
-            cell = lambda t, y: {"subject": int(t[0]), "object": int(t[1]), "predicate": preds[int(t[2])], "label": y}  # noqa: E731
-            row["cells"] = [cell(t, True) for t in d.get("relations", []) if t[0] != t[1]] + \
-                           [cell(t, False) for t in d.get("neg_relations", []) if t[0] != t[1]]
+            row["cells"] = ([{"subject": s, "object": o, "predicate": p, "label": True} for s, o, p in pos]
+                            + [{"subject": s, "object": o, "predicate": p, "label": False} for s, o, p in neg])
         rows.append(row)
+    require_images(rows, name=source, where=f, split=split, present=present)
     corpus, cells = build_tables(source, rows)
-    return BenchmarkData(source, corpus, cells, tuple(preds))
+    return BenchmarkData(source, corpus, cells, tuple(preds), notes=dict(notes))
 
 
 @READERS.register("psg")
 def read_psg(path: str | Path, *, split: str = "test", json_name: str = "psg.json",
-             boxes_from: str = "annotations", filter_empty_rels: bool = True) -> BenchmarkData:
+             boxes_from: str = "annotations", image_dir: str = "images") -> BenchmarkData:
     """PSG (Yang et al. 2022): 56 predicates over COCO panoptic segments."""
-    return _read(path, source="psg", split=split, json_name=json_name, boxes_from=boxes_from,
-                 with_negatives=False, filter_empty_rels=filter_empty_rels)
+    return _read(path, source="psg", split=split, json_names=(json_name,), boxes_from=boxes_from,
+                 with_negatives=False, image_dir=image_dir)
 
 
 @READERS.register("haystack")
-def read_haystack(path: str | Path, *, split: str = "test", json_name: str = "haystack.json",
-                  boxes_from: str = "annotations") -> BenchmarkData:
+def read_haystack(path: str | Path, *, split: str = "test", json_name: str | None = None,
+                  boxes_from: str = "annotations", image_dir: str = "images") -> BenchmarkData:
     """Haystack (Lorenz et al. 2023): PSG layout plus explicit, adjudicated negatives."""
-    return _read(path, source="haystack", split=split, json_name=json_name, boxes_from=boxes_from,
-                 with_negatives=True, filter_empty_rels=True)
+    names = (json_name,) if json_name else HAYSTACK_JSON_NAMES
+    return _read(path, source="haystack", split=split, json_names=names, boxes_from=boxes_from,
+                 with_negatives=True, image_dir=image_dir)

@@ -1,45 +1,88 @@
 """VG150 and IndoorVG in the Scene-Graph-Benchmark layout: one h5 file + a dicts json + an
 image_data json.
 
-The h5 stores every split in one set of arrays: per image ``split`` (0 train, 1 val, 2 test),
+The h5 stores every split in one set of arrays: per image ``split`` (0 train, 2 test),
 ``img_to_first_box`` / ``img_to_last_box`` and ``img_to_first_rel`` / ``img_to_last_rel``
 (inclusive ranges, -1 for none); per box ``labels`` (1-based into ``idx_to_label``) and
 ``boxes_<scale>`` as (centre x, centre y, width, height) in a frame whose longer image side is
 ``scale`` pixels; per relation ``relationships`` (global box indices) and ``predicates`` (1-based
-into ``idx_to_predicate``). ``image_data.json`` is row-aligned with the h5 images and carries the
-true width and height, which undo the box scale.
+into ``idx_to_predicate``). ``image_data.json`` carries the true width and height, which undo the
+box scale.
+
+What Scene-Graph-Benchmark's own loader (maskrcnn_benchmark/data/datasets/visual_genome.py) does
+on the real files, and this reader with it:
+
+- ``image_data.json`` lists four Visual Genome images (ids 1592, 1722, 4616, 4617) that the h5
+  does not hold; they are skipped before the two are aligned row by row (108,077 entries against
+  108,073 h5 rows on the published files). Any other count mismatch is an error.
+- Images without boxes never load; with ``filter_empty_rels`` neither do images without relations.
+- There is no validation code in the h5: the validation split is the first ``num_val_im`` (5,000)
+  of the remaining training images and the train split is the rest. Rows coded 1 are never read
+  (counted in ``notes``).
+- Relations whose subject and object are the same box are kept there; the project schema refuses a
+  self-loop, so they are dropped here and counted in ``notes``, as are images left with none.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from relate.data.readers.base import READERS, BenchmarkData, _clip_box, build_tables, make_box
+from relate.data.readers.base import (READERS, BenchmarkData, _clip_box, build_tables, make_box,
+                                      require_images)
 
-__all__ = ["SPLIT_CODES", "read_vg_h5", "read_vg150", "read_indoorvg"]
+__all__ = ["SPLIT_CODES", "CORRUPTED_VG_IMAGES", "SGB_NUM_VAL_IM", "read_vg_h5", "read_vg150", "read_indoorvg"]
 
-SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
+SPLIT_CODES = {"train": 0, "val": 0, "test": 2}
+CORRUPTED_VG_IMAGES = frozenset({"1592", "1722", "4616", "4617"})
+SGB_NUM_VAL_IM = 5000
 
 
 def _load(root: Path, h5_name: str, dicts_name: str, image_data_name: str):
     import h5py  # optional dependency: only this reader needs it
 
-    for n in (h5_name, dicts_name, image_data_name):
-        if not (root / n).is_file():
-            raise FileNotFoundError(f"{root}: expected the Scene-Graph-Benchmark file {n!r}")
+    missing = [n for n in (h5_name, dicts_name, image_data_name) if not (root / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{root}: missing the Scene-Graph-Benchmark file(s) {missing}")
     dicts = json.loads((root / dicts_name).read_text())
     image_data = json.loads((root / image_data_name).read_text())
     h5 = h5py.File(root / h5_name, "r")
     return h5, dicts, image_data
 
 
+def align_image_data(image_data: list[dict], n_h5: int, where: Path) -> tuple[list[dict], int]:
+    """Drop the four corrupted images Scene-Graph-Benchmark skips, then require one entry per h5 row."""
+    if len(image_data) == n_h5:
+        return image_data, 0
+    kept = [m for m in image_data if str(m["image_id"]) not in CORRUPTED_VG_IMAGES]
+    if len(kept) != n_h5:
+        raise ValueError(f"{where} has {len(image_data)} entries ({len(image_data) - len(kept)} of them the "
+                         f"corrupted VG images {sorted(CORRUPTED_VG_IMAGES)}), leaving {len(kept)} against the "
+                         f"h5's {n_h5} images; they must align row by row")
+    return kept, len(image_data) - len(kept)
+
+
+def _split_rows(split_arr: np.ndarray, fb: np.ndarray, fr: np.ndarray, split: str, filter_empty_rels: bool,
+                num_val_im: int) -> np.ndarray:
+    """Row indices of ``split`` as Scene-Graph-Benchmark selects them (val carved from train)."""
+    mask = (split_arr == SPLIT_CODES[split]) & (fb >= 0)
+    if filter_empty_rels:
+        mask &= fr >= 0
+    rows = np.flatnonzero(mask)
+    if split == "val":
+        return rows[:num_val_im]
+    if split == "train":
+        return rows[num_val_im:]
+    return rows
+
+
 def read_vg_h5(path: str | Path, *, source: str = "vg150", split: str = "test", box_scale: int = 1024,
                h5_name: str = "VG-SGG-with-attri.h5", dicts_name: str = "VG-SGG-dicts-with-attri.json",
                image_data_name: str = "image_data.json", image_dir: str = "images",
-               filter_empty_rels: bool = True) -> BenchmarkData:
+               filter_empty_rels: bool = True, num_val_im: int = SGB_NUM_VAL_IM) -> BenchmarkData:
     """Read one split of a Scene-Graph-Benchmark style dataset into the project schema."""
     if split not in SPLIT_CODES:
         raise ValueError(f"split must be one of {list(SPLIT_CODES)}, got {split!r}")
@@ -50,24 +93,25 @@ def read_vg_h5(path: str | Path, *, source: str = "vg150", split: str = "test", 
         if key not in h5:
             raise KeyError(f"{root / h5_name}: no {key!r}; have {[k for k in h5 if k.startswith('boxes_')]}")
         split_arr = h5["split"][:]
-        if len(image_data) != split_arr.size:
-            raise ValueError(f"{root / image_data_name} has {len(image_data)} entries but the h5 has "
-                             f"{split_arr.size} images; they must be row-aligned")
         fb, lb = h5["img_to_first_box"][:], h5["img_to_last_box"][:]
         fr, lr = h5["img_to_first_rel"][:], h5["img_to_last_rel"][:]
         labels = h5["labels"][:].reshape(-1)
         boxes = h5[key][:].astype(np.float64)
         rels = h5["relationships"][:]
         preds = h5["predicates"][:].reshape(-1)
+    image_data, n_corrupt = align_image_data(image_data, split_arr.size, root / image_data_name)
+    notes: Counter = Counter()
+    if n_corrupt:
+        notes["image_data rows skipped: corrupted VG images (as Scene-Graph-Benchmark)"] = n_corrupt
+    if (split_arr == 1).any():
+        notes["h5 rows coded split 1 (never read by Scene-Graph-Benchmark)"] = int((split_arr == 1).sum())
     idx_to_label = {int(k): v for k, v in dicts["idx_to_label"].items()}
     idx_to_pred = {int(k): v for k, v in dicts["idx_to_predicate"].items()}
     xyxy = np.concatenate([boxes[:, :2] - boxes[:, 2:] / 2, boxes[:, :2] + boxes[:, 2:] / 2], axis=1)
     rows = []
-    for i in np.flatnonzero(split_arr == SPLIT_CODES[split]):
+    for i in _split_rows(split_arr, fb, fr, split, filter_empty_rels, num_val_im):
         meta = image_data[i]
         w, h = float(meta["width"]), float(meta["height"])
-        if fb[i] < 0:
-            continue
         b = _clip_box(xyxy[fb[i]:lb[i] + 1] * (max(w, h) / box_scale), w, h)
         b[:, 2] = np.maximum(b[:, 2], np.minimum(b[:, 0] + 1, w))  # degenerate boxes get 1 px
         b[:, 0] = np.minimum(b[:, 0], b[:, 2] - 1)
@@ -77,18 +121,24 @@ def read_vg_h5(path: str | Path, *, source: str = "vg150", split: str = "test", 
         r = []
         if fr[i] >= 0:
             for (s, o), p in zip(rels[fr[i]:lr[i] + 1], preds[fr[i]:lr[i] + 1]):
-                if s != o:
-                    r.append({"subject": int(s - fb[i]), "object": int(o - fb[i]), "predicate": idx_to_pred[int(p)],
-                              "pass": "human", "gate": "kept", "score": None})
+                if s == o:
+                    notes["self relations dropped (subject == object box; kept by Scene-Graph-Benchmark)"] += 1
+                    continue
+                r.append({"subject": int(s - fb[i]), "object": int(o - fb[i]), "predicate": idx_to_pred[int(p)],
+                          "pass": "human", "gate": "kept", "score": None})
         if filter_empty_rels and not r:
+            notes["images dropped: every relation a self relation (kept by Scene-Graph-Benchmark)"] += 1
             continue
         iid = str(meta["image_id"])
         rows.append({"image_id": iid, "uri": str(root / image_dir / f"{iid}.jpg"), "width": int(w), "height": int(h),
                      "source": source, "split": split, "boxes": [make_box(*bb, c) for bb, c in zip(b, cats)],
                      "relations": r})
+    codes = {v: k for k, v in SPLIT_CODES.items() if k != "val"}
+    require_images(rows, name=source, where=root / h5_name, split=split,
+                   present=[codes.get(int(c), f"code {int(c)}") for c in np.unique(split_arr)])
     corpus, _ = build_tables(source, rows)
     vocab = tuple(idx_to_pred[k] for k in sorted(idx_to_pred))
-    return BenchmarkData(source, corpus, None, vocab)
+    return BenchmarkData(source, corpus, None, vocab, notes=dict(notes))
 
 
 @READERS.register("vg150")
