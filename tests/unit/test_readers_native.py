@@ -214,3 +214,195 @@ def test_exported_images_resolve_from_the_reader(tmp_path):
             got = np.asarray(Image.open(uri).convert("RGB"), dtype=np.float32)
             want = np.asarray(Image.open(src["uri"]).convert("RGB"), dtype=np.float32)
             assert got.shape == want.shape and np.abs(got - want).mean() < 6, name  # JPEG, same pixels
+
+
+# ------------------------------------------------------------------ the field's loaders, rule by rule
+
+def _vg(root, *, split, boxes_per_image, rels, image_data, preds=("on", "near")):
+    """A hand-built Scene-Graph-Benchmark h5: image i owns ``boxes_per_image[i]`` boxes (each 20 x 20 at
+    (50, 50) in the 1024 frame) and the (subject, object) local pairs ``rels[i]`` (predicate 1)."""
+    root.mkdir(parents=True, exist_ok=True)
+    fb, lb, fr, lr, rel = [], [], [], [], []
+    n = 0
+    for nb, rs in zip(boxes_per_image, rels):
+        fb.append(n if nb else -1)
+        lb.append(n + nb - 1 if nb else -1)
+        fr.append(len(rel) if rs else -1)
+        rel += [[n + s, n + o] for s, o in rs]
+        lr.append(len(rel) - 1 if rs else -1)
+        n += nb
+    with h5py.File(root / "VG-SGG-with-attri.h5", "w") as f:
+        f["split"] = np.asarray(split, np.int32)
+        for k, v in (("img_to_first_box", fb), ("img_to_last_box", lb), ("img_to_first_rel", fr),
+                     ("img_to_last_rel", lr)):
+            f[k] = np.asarray(v, np.int32)
+        f["labels"] = np.ones((n, 1), np.int32)
+        f["boxes_1024"] = np.tile(np.array([[60, 60, 20, 20]], np.int32), (n, 1))
+        f["relationships"] = np.asarray(rel, np.int32).reshape(-1, 2)
+        f["predicates"] = np.ones((len(rel), 1), np.int32)
+    (root / "VG-SGG-dicts-with-attri.json").write_text(json.dumps(
+        {"idx_to_label": {"1": "cup"}, "idx_to_predicate": {str(i + 1): p for i, p in enumerate(preds)}}))
+    (root / "image_data.json").write_text(json.dumps(image_data))
+    return root
+
+
+def test_vg150_skips_the_four_corrupted_images_before_aligning(tmp_path):
+    """image_data.json lists VG ids 1592 and 4617 the h5 lacks: skipped, the rest aligned row by row."""
+    meta = [{"image_id": 1592, "width": 9, "height": 9}, {"image_id": 10, "width": 2048, "height": 1024},
+            {"image_id": 4617, "width": 9, "height": 9}, {"image_id": 11, "width": 512, "height": 1024}]
+    root = _vg(tmp_path / "vg", split=[2, 2], boxes_per_image=[2, 2], rels=[[(0, 1)], [(1, 0)]], image_data=meta)
+    b = read_vg150(root)
+    got = {r["image_id"]: r for r in b.corpus.to_pylist()}
+    assert sorted(got) == ["10", "11"]
+    assert (got["10"]["width"], got["10"]["height"]) == (2048, 1024)
+    assert got["10"]["boxes"][0]["x1"] == 100.0  # (60 - 10) * 2048 / 1024: the size of its own row
+    assert got["11"]["boxes"][0]["x1"] == 50.0   # scale 1024 / 1024
+    assert list(b.notes.values()) == [2]
+    bad = meta + [{"image_id": 12, "width": 5, "height": 5}]
+    (root / "image_data.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"image_data.json has 5 entries \(2 of them the corrupted.*3 against the h5's 2"):
+        read_vg150(root)
+
+
+def test_vg150_val_split_is_carved_from_the_training_images(tmp_path):
+    """No val code: val = the first num_val_im training images that load, train = the rest; rows coded
+    1 are never read."""
+    meta = [{"image_id": i, "width": 100, "height": 100} for i in range(6)]
+    root = _vg(tmp_path / "vg", split=[0, 0, 1, 0, 0, 2], boxes_per_image=[2, 2, 2, 0, 2, 2],
+               rels=[[], [(0, 1)], [(0, 1)], [], [(0, 1)], [(0, 1)]], image_data=meta)
+    ids = lambda **kw: read_vg150(root, num_val_im=1, **kw).corpus.column("image_id").to_pylist()  # noqa: E731
+    assert ids(split="val") == ["1"]      # image 0 has no relation, image 3 no box: neither loads
+    assert ids(split="train") == ["4"]
+    assert ids(split="test") == ["5"]
+    assert read_vg150(root, split="val", num_val_im=1).notes == {
+        "h5 rows coded split 1 (never read by Scene-Graph-Benchmark)": 1}
+    assert read_vg150(root, split="val", num_val_im=1, filter_empty_rels=False).corpus.column("image_id").to_pylist() == ["0"]
+    with pytest.raises(EmptySplitError, match="split 'train'"):
+        read_vg150(root, split="train")   # the default 5,000 val images swallow both
+
+
+def test_vg150_self_relations_are_dropped_and_counted(tmp_path):
+    meta = [{"image_id": i, "width": 100, "height": 100} for i in range(2)]
+    root = _vg(tmp_path / "vg", split=[2, 2], boxes_per_image=[2, 2], rels=[[(0, 0), (0, 1)], [(1, 1)]], image_data=meta)
+    b = read_vg150(root)
+    assert b.corpus.column("image_id").to_pylist() == ["0"]
+    assert [(x["subject"], x["object"]) for x in b.corpus.to_pylist()[0]["relations"]] == [(0, 1)]
+    assert sorted(b.notes.values()) == [1, 2]  # two self relations; one image left with none
+
+
+def _psg_doc(data, preds=("on", "near", "holding"), **extra):
+    return {"thing_classes": ["person", "cup"], "stuff_classes": [], "predicate_classes": list(preds), "data": data,
+            **extra}
+
+
+def _psg_entry(iid, relations, neg=None):
+    e = {"image_id": iid, "file_name": f"{iid}.jpg", "width": 100, "height": 80, "pan_seg_file_name": "x.png",
+         "segments_info": [], "annotations": [{"bbox": [0, 0, 10, 10], "category_id": 0},
+                                              {"bbox": [20, 20, 40, 40], "category_id": 1}],
+         "relations": relations}
+    if neg is not None:
+        e["neg_relations"] = neg
+    return e
+
+
+def test_haystack_minus_one_is_unusable_not_the_last_predicate(tmp_path):
+    doc = _psg_doc([_psg_entry(1, [[0, 1, -1], [0, 1, 0]], neg=[[1, 0, -1], [1, 0, 1]]),
+                    _psg_entry(2, [], neg=[[0, 1, -1]]), _psg_entry(3, [], neg=[[0, 1, 2]])])
+    (tmp_path / "annotation_v1.json").write_text(json.dumps(doc))
+    b = read_benchmark("haystack", str(tmp_path))   # the release's file name; every image is test
+    assert b.corpus.column("image_id").to_pylist() == ["1", "3"]  # image 2 held only a -1 triple
+    cells = {r["image_id"]: sorted((c["subject"], c["object"], c["predicate"], c["label"]) for c in r["cells"])
+             for r in b.cells.to_pylist()}
+    assert cells == {"1": [(0, 1, "on", True), (1, 0, "near", False)], "3": [(0, 1, "holding", False)]}
+    assert [x["predicate"] for x in b.corpus.to_pylist()[0]["relations"]] == ["on"]
+    assert sum(v for k, v in b.notes.items() if "-1" in k) == 3
+    doc["data"][0]["relations"].append([0, 1, 7])
+    (tmp_path / "annotation_v1.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"annotation_v1.json: image_id=1 relations \[0, 1, 7\] has predicate 7"):
+        read_benchmark("haystack", str(tmp_path))
+    with pytest.raises(EmptySplitError, match=r"split 'train'.*\['test'\]"):
+        read_benchmark("haystack", str(tmp_path), split="train")
+
+
+def test_spatialsense_images_resolve_under_flickr_and_nyu(tmp_path):
+    from PIL import Image
+
+    ann = lambda: [{"_id": "1", "predicate": "on", "label": True,  # noqa: E731
+                    "subject": {"name": "cup", "bbox": [0, 10, 0, 10]}, "object": {"name": "desk", "bbox": [5, 40, 0, 50]}}]
+    doc = [{"url": "https://farm4.staticflickr.com/3543/5704634119_8b8ccf3229.jpg", "width": 60, "height": 50,
+            "split": "test", "annotations": ann()},
+           {"url": "nyu/kitchen_0001.jpg", "width": 60, "height": 50, "split": "test", "annotations": ann()}]
+    (tmp_path / "annotations.json").write_text(json.dumps(doc))
+    for sub, name in (("flickr", "5704634119_8b8ccf3229.jpg"), ("nyu", "kitchen_0001.jpg")):
+        (tmp_path / "images" / sub).mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (60, 50)).save(tmp_path / "images" / sub / name)
+    got = {r["image_id"]: r["uri"] for r in read_spatialsense(tmp_path).corpus.to_pylist()}
+    assert got == {"5704634119_8b8ccf3229": str(tmp_path / "images/flickr/5704634119_8b8ccf3229.jpg"),
+                   "kitchen_0001": str(tmp_path / "images/nyu/kitchen_0001.jpg")}
+    assert all(Path(u).is_file() for u in got.values())
+
+
+def _hico(root, images):
+    (root / "annotations").mkdir(parents=True, exist_ok=True)
+    (root / "annotations" / "test_hico.json").write_text(json.dumps(images))
+    (root / "annotations" / "trainval_hico.json").write_text("[]")
+    (root / "hico_list_vb.txt").write_text("id  vname\n-----\n1  hold\n2  no_interaction\n3  ride\n")
+    (root / "coco_categories.json").write_text(json.dumps([{"id": 1, "name": "person"}, {"id": 2, "name": "cup"}]))
+    return root
+
+
+def test_hico_det_no_interaction_image_is_not_a_relation_image_and_sizes_are_never_guessed(tmp_path):
+    from PIL import Image
+
+    boxes = [{"bbox": [0, 0, 10, 10], "category_id": 1}, {"bbox": [5, 5, 20, 30], "category_id": 2}]
+    root = _hico(tmp_path / "hico", [
+        {"file_name": "A.jpg", "annotations": boxes, "hoi_annotation": [{"subject_id": 0, "object_id": 1, "category_id": 2}]},
+        {"file_name": "B.jpg", "annotations": boxes + [{"bbox": [1, 1, 4, 4], "category_id": 2}],
+         "hoi_annotation": [{"subject_id": 0, "object_id": 1, "category_id": 1},
+                            {"subject_id": 0, "object_id": 2, "category_id": 2}]}])
+    with pytest.raises(FileNotFoundError, match=r"no size for 1 image.*\['B.jpg'\]"):
+        read_benchmark("hico_det", str(root))   # A is not a relation image, so only B needs a size
+    (root / "image_sizes.json").write_text(json.dumps({"B.jpg": [640, 480]}))
+    for cells in (False, True):
+        b = read_benchmark("hico_det", str(root), cells=cells)
+        r = b.corpus.to_pylist()
+        assert [x["image_id"] for x in r] == ["B"] and (r[0]["width"], r[0]["height"]) == (640, 480)
+        assert [(x["subject"], x["object"], x["predicate"]) for x in r[0]["relations"]] == [(0, 1, "hold")]
+        assert b.notes == {"images left out: every pair no_interaction (not a relation image)": 1}
+    assert sorted((c["object"], c["predicate"], c["label"]) for c in b.cells.to_pylist()[0]["cells"]) == \
+        [(1, "hold", True), (2, "hold", False), (2, "ride", False)]
+    (root / "image_sizes.json").unlink()
+    (root / "images" / "test2015").mkdir(parents=True)
+    Image.new("RGB", (300, 200)).save(root / "images" / "test2015" / "B.jpg")
+    assert read_benchmark("hico_det", str(root)).corpus.to_pylist()[0]["width"] == 300  # from the header
+
+
+@pytest.mark.parametrize("name", ["vg150", "indoorvg", "psg", "haystack", "hico_det", "spatialsense"])
+def test_a_split_with_no_images_is_an_error(tmp_path, name):
+    corpus = _corpus(n=2)
+    EXPORTERS[name](corpus, tmp_path / name)
+    split = "train"
+    if name == "haystack":  # every Haystack image is a test image unless the file lists test ids
+        doc = json.loads((tmp_path / name / "haystack.json").read_text())
+        assert doc.pop("test_image_ids")
+        (tmp_path / name / "haystack.json").write_text(json.dumps(doc))
+    with pytest.raises(EmptySplitError, match=f"split '{split}'"):
+        read_benchmark(name, str(tmp_path / name), split=split, **({"num_val_im": 0} if "vg" in name else {}))
+
+
+def test_exclusion_list_drops_images_by_normalised_id(tmp_path):
+    corpus = _corpus(n=3)
+    ids = corpus.column("image_id").to_pylist()
+    EXPORTERS["haystack"](corpus, tmp_path / "h", cells=synthesize_negatives(corpus, seed=0))
+    (tmp_path / "excluded_ids.csv").write_text(f"image_id,reason\n{ids[1]},same_id\n")
+    b = read_benchmark("haystack", str(tmp_path / "h"), exclude=str(tmp_path / "excluded_ids.csv"))
+    assert b.excluded == (ids[1],)
+    assert ids[1] not in b.corpus.column("image_id").to_pylist() + b.cells.column("image_id").to_pylist()
+    assert b.corpus.num_rows == 2 and b.cells.num_rows == 2
+    (tmp_path / "all.txt").write_text("\n".join(ids) + "\n")
+    with pytest.raises(EmptySplitError, match="removes all 3 images"):
+        read_benchmark("haystack", str(tmp_path / "h"), exclude=str(tmp_path / "all.txt"))
+    from relate.data.readers import load_exclusions
+
+    (tmp_path / "ids.txt").write_text("# leaked\n000123\nabc\n")
+    assert load_exclusions(tmp_path / "ids.txt") == {"123", "abc"}
