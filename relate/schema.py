@@ -6,6 +6,9 @@ Tables (all per image, one row per image, lists inside):
 * ``corpus``      ``images`` columns + ``relations`` (kept relations, annotator's own strings).
 * ``rejections``  ``image_id`` + ``rejected`` (relation, the gate rule that fired, the pass).
 * ``predictions`` ``image_id`` + ``triplets`` (scored subject/object/predicate with channel scores).
+* ``scene_graphs`` predictions that carry their own objects: ``objects`` (box, label, label score),
+                  ``pairs`` into them with DENSE ``pair_scores`` (one float per predicate of the list
+                  in the schema metadata), and optional sparse ``triplets``.
 * ``per_image``   evaluation output, one row per (system, benchmark, image, K): the image's recall
                   hits and its mR terms (relate.metrics.per_image), tagged with the protocol.
 
@@ -15,6 +18,7 @@ table, row, field and ``image_id`` so that a broken shard can be found without a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -25,10 +29,10 @@ import pyarrow.compute as pc
 __all__ = [
     "BOX_TYPE", "RELATION_TYPE", "REJECTION_TYPE", "TRIPLET_TYPE",
     "PREDICATE_HITS_TYPE", "IMAGE_SCHEMA", "CORPUS_SCHEMA", "REJECTIONS_SCHEMA", "PREDICTIONS_SCHEMA",
-    "PER_IMAGE_SCHEMA",
+    "PER_IMAGE_SCHEMA", "OBJECT_TYPE", "PAIR_TYPE", "SCENE_GRAPHS_SCHEMA", "PREDICATES_KEY",
     "PASSES", "GATE_OUTCOMES", "SchemaError",
     "validate_images", "validate_corpus", "validate_rejections", "validate_predictions",
-    "to_table",
+    "validate_scene_graphs", "scene_graphs_schema", "scene_graph_predicates", "to_table",
 ]
 
 PASSES = ("semantic", "grow", "spatial", "topup", "human")
@@ -68,6 +72,22 @@ REJECTIONS_SCHEMA = pa.schema([
 ])
 PREDICTIONS_SCHEMA = pa.schema([
     pa.field("image_id", pa.string(), nullable=False),
+    pa.field("triplets", pa.list_(TRIPLET_TYPE), nullable=False),
+])
+
+# predictions that carry objects: boxes in pixels, label (null: class-agnostic) and its score
+OBJECT_TYPE = pa.struct([
+    ("x1", pa.float32()), ("y1", pa.float32()), ("x2", pa.float32()), ("y2", pa.float32()),
+    ("label", pa.string()), ("score", pa.float32()),
+])
+PAIR_TYPE = pa.struct([("subject", pa.int32()), ("object", pa.int32())])
+PREDICATES_KEY = b"relate.predicates"  # schema metadata: JSON list naming the pair_scores columns
+SCENE_GRAPHS_SCHEMA = pa.schema([
+    pa.field("image_id", pa.string(), nullable=False),
+    pa.field("objects", pa.list_(OBJECT_TYPE), nullable=False),
+    pa.field("pairs", pa.list_(PAIR_TYPE), nullable=False),
+    # one inner list per pair, one score per predicate of the metadata's list: dense stays dense
+    pa.field("pair_scores", pa.list_(pa.list_(pa.float32())), nullable=False),
     pa.field("triplets", pa.list_(TRIPLET_TYPE), nullable=False),
 ])
 
@@ -263,3 +283,126 @@ def validate_predictions(table: pa.Table, n_boxes: Mapping[str, int] | None = No
             raise SchemaError(f"{name}: image_id(s) not in the ground truth: {unknown[:5]}")
         nb = np.array([n_boxes[i] for i in ids], dtype=np.int64)
         _check_pairs(tri, parent, child, nb, where, "triplets")
+
+
+# --------------------------------------------------------------------------- scene graphs
+
+def scene_graphs_schema(predicates: Sequence[str]) -> pa.Schema:
+    """SCENE_GRAPHS_SCHEMA carrying ``predicates`` (the order of every pair_scores list) as metadata."""
+    names = [str(p) for p in predicates]
+    dup = sorted({p for p in names if names.count(p) > 1})
+    if dup or any(not p.strip() for p in names):
+        raise SchemaError(f"scene_graphs: predicate list must hold distinct non-empty strings; repeated: {dup[:5]}")
+    return SCENE_GRAPHS_SCHEMA.with_metadata({PREDICATES_KEY: json.dumps(names).encode()})
+
+
+def scene_graph_predicates(schema: pa.Schema, *, name: str = "scene_graphs") -> list[str] | None:
+    """The predicate list a scene-graphs file stores in its schema metadata (None when absent)."""
+    raw = (schema.metadata or {}).get(PREDICATES_KEY)
+    if raw is None:
+        return None
+    try:
+        names = json.loads(raw)
+    except ValueError:
+        raise SchemaError(f"{name}: schema metadata {PREDICATES_KEY.decode()!r} is not a JSON list") from None
+    if not isinstance(names, list) or not all(isinstance(p, str) for p in names):
+        raise SchemaError(f"{name}: schema metadata {PREDICATES_KEY.decode()!r} must be a JSON list of strings")
+    return names
+
+
+def _list_col(table: pa.Table, col: str, where: _Where) -> pa.Array:
+    arr = table.column(col).combine_chunks()
+    if arr.null_count:
+        row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        raise SchemaError(f"{where.row(row)}: {col} is null (use an empty list)")
+    return arr
+
+
+def _check_objects(table: pa.Table, where: _Where) -> np.ndarray:
+    arr = _list_col(table, "objects", where)
+    obj, parent, child = _flatten(arr)
+    x1, y1, x2, y2, sc = (_num(obj, k) for k in ("x1", "y1", "x2", "y2", "score"))
+    for k, v in (("x1", x1), ("y1", y1), ("x2", x2), ("y2", y2), ("score", sc)):
+        _first_bad(~np.isfinite(v), parent, where, f"objects.{k}", "is null, NaN or infinite", v, child)
+    _first_bad(x2 < x1, parent, where, "objects.x2", "is smaller than x1 (inverted box)", x2, child)
+    _first_bad(y2 < y1, parent, where, "objects.y2", "is smaller than y1 (inverted box)", y2, child)
+    lab = obj.field("label")
+    empty = pc.utf8_length(pc.utf8_trim_whitespace(lab.fill_null("x"))).to_numpy(zero_copy_only=False) == 0
+    _first_bad(empty, parent, where, "objects.label", "is an empty string (use null for no label)", child=child)
+    return pc.list_value_length(arr).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _check_scores(table: pa.Table, n_pairs: np.ndarray, n_predicates: int | None, where: _Where) -> None:
+    """pair_scores: one list per pair, each of the predicate list's length, all finite; checked on
+    the flat float buffer (tens of millions of values cost tens of milliseconds)."""
+    arr = _list_col(table, "pair_scores", where)
+    rows = np.arange(table.num_rows)
+    per_row = pc.list_value_length(arr).to_numpy(zero_copy_only=False).astype(np.int64)
+    _first_bad(per_row != n_pairs, rows, where, "pair_scores", f"has a different length from pairs "
+               f"({n_pairs[per_row != n_pairs][0] if (per_row != n_pairs).any() else 0} pair(s))", per_row)
+    inner = arr.flatten()
+    if len(inner) == 0:
+        return
+    if n_predicates is None:
+        raise SchemaError(f"{where.table}: pair_scores present but the schema metadata names no predicate "
+                          f"list ({PREDICATES_KEY.decode()!r}); write the file with scene_graphs_schema(predicates)")
+    pair_row = pc.list_parent_indices(arr).to_numpy()
+    off = arr.offsets.to_numpy()
+    pos = np.arange(pair_row.size) - off[:-1][pair_row] + off[0]
+    if inner.null_count:
+        _first_bad(inner.is_null().to_numpy(zero_copy_only=False), pair_row, where, "pair_scores", "is null", child=pos)
+    size = pc.list_value_length(inner).to_numpy(zero_copy_only=False).astype(np.int64)
+    _first_bad(size != n_predicates, pair_row, where, "pair_scores",
+               f"must hold one score per predicate ({n_predicates})", size, pos)
+    values = inner.flatten()
+    v = values.to_numpy(zero_copy_only=False) if values.null_count else values.to_numpy()
+    ok = np.isfinite(v) if v.dtype != object else np.array([x is not None and np.isfinite(x) for x in v])
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        pair, col = divmod(k, n_predicates)
+        raise SchemaError(f"{where.row(int(pair_row[pair]))}: pair_scores[{int(pos[pair])}][{col}] = {float(v[k]) if v[k] is not None else None!r}: "
+                          f"is null, NaN or infinite ({int((~ok).sum())} bad value(s) in total)")
+
+
+def validate_scene_graphs(table: pa.Table, *, name: str = "scene_graphs") -> np.ndarray:
+    """Check a SCENE_GRAPHS_SCHEMA table; returns the number of objects per row.
+
+    Objects: finite boxes (x2 >= x1, y2 >= y1), a finite label score, a label that is null or a
+    non-empty string. Pairs: indices into the row's objects, no self-loop, no pair twice.
+    pair_scores: one list per pair with one finite score per predicate of the metadata's list.
+    Triplets: finite scores, non-empty predicates, indices into the row's objects.
+    """
+    missing = [c for c in SCENE_GRAPHS_SCHEMA.names if c not in table.column_names]
+    if missing:
+        raise SchemaError(f"{name}: missing column(s) {missing}; expected {SCENE_GRAPHS_SCHEMA.names}")
+    where = _Where(name, _ids(table))
+    arr = table.column("image_id").combine_chunks()
+    bad = arr.is_null().to_numpy(zero_copy_only=False) | (pc.utf8_length(arr.fill_null("")).to_numpy(zero_copy_only=False) == 0)
+    _first_bad(bad, np.arange(table.num_rows), where, "image_id", "is null or empty")
+    dups = [d["values"] for d in pc.value_counts(arr).to_pylist() if d["counts"] > 1]
+    if dups:
+        raise SchemaError(f"{name}: image_id(s) in more than one row: {dups[:5]}; one row per image")
+    n_obj = _check_objects(table, where)
+    pairs = _list_col(table, "pairs", where)
+    pr, parent, child = _flatten(pairs)
+    _check_pairs(pr, parent, child, n_obj, where, "pairs")
+    if len(pr):
+        key = (parent * (n_obj.max() + 1) + pr.field("subject").to_numpy()) * (n_obj.max() + 1) + pr.field("object").to_numpy()
+        order = np.argsort(key, kind="stable")
+        again = np.zeros(key.size, bool)
+        again[order[1:]] = key[order[1:]] == key[order[:-1]]
+        _first_bad(again, parent, where, "pairs", "the same (subject, object) pair is listed twice in the image",
+                   child=child)
+    n_pairs = pc.list_value_length(pairs).to_numpy(zero_copy_only=False).astype(np.int64)
+    preds = scene_graph_predicates(table.schema, name=name)
+    _check_scores(table, n_pairs, None if preds is None else len(preds), where)
+    tri, parent, child = _flatten(_list_col(table, "triplets", where))
+    for k in ("score", "spatial_score", "semantic_score"):
+        v = _num(tri, k)
+        present = ~tri.field(k).is_null().to_numpy(zero_copy_only=False)
+        _first_bad(present & ~np.isfinite(v), parent, where, f"triplets.{k}", "is NaN or infinite", v, child)
+    _first_bad(tri.field("score").is_null().to_numpy(zero_copy_only=False), parent, where,
+               "triplets.score", "is null", child=child)
+    _check_strings(tri, "predicate", parent, child, where, "triplets")
+    _check_pairs(tri, parent, child, n_obj, where, "triplets")
+    return n_obj

@@ -2,7 +2,8 @@
 
 One concept per module: recall (R/mR/F1/wR@K, buckets, matchers), per_image (the
 per-image rows R@K and mR@K average), bootstrap (their intervals over images and paired
-differences), sgb (Scene-Graph-Benchmark's evaluation, the ``sgb`` protocol), pairs (pair-recall ceiling),
+differences), sgb (Scene-Graph-Benchmark's evaluation, the ``sgb`` protocol), scene_graphs (files
+that carry their own objects and dense pair scores: sgcls / sgdet), pairs (pair-recall ceiling),
 mass (shared triplet mass), baseline (frequency baseline), edges (per-edge accuracy and join),
 federated (fAP, P-AUC, coverage), openvocab (synonym matching, MRR, median rank), spatial
 (macro / pooled AUC), composite (chance correction, OVS), calibration (Platt, ECE), priors (H.3).
@@ -25,13 +26,14 @@ from relate.metrics.pairs import pair_recall_ceiling
 from relate.metrics.per_image import aggregate_per_image, per_image_recall
 from relate.metrics.priors import prior_violation_check
 from relate.metrics.recall import MATCHERS, RecallResult, evaluate_recall, rank_predictions
+from relate.metrics.scene_graphs import SceneGraphs, evaluate_scene_graphs, load_scene_graphs
 from relate.metrics.sgb import PROTOCOLS, sgb_iou, sgb_recall
 from relate.metrics.spatial import evaluate_spatial, spatial_auc
 
 __all__ = [
     "GroundTruth", "Predictions", "Detections", "LabelledCells", "load_ground_truth", "load_predictions",
     "load_detections", "load_cells", "box_map", "MATCHERS", "PROTOCOLS", "sgb_iou", "sgb_recall",
-    "RecallResult", "evaluate_recall", "per_image_recall", "aggregate_per_image",
+    "RecallResult", "evaluate_recall", "SceneGraphs", "load_scene_graphs", "evaluate_scene_graphs", "per_image_recall", "aggregate_per_image",
     "CellRows", "Interval", "Difference", "CellBootstrap", "PairedBootstrap", "cell_rows", "bootstrap_cell",
     "paired_bootstrap",
     "rank_predictions", "pair_recall_ceiling", "shared_triplet_mass", "FrequencyBaseline",

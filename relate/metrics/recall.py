@@ -57,7 +57,7 @@ class RecallResult:
 
     mode: str                 # "graph_constrained" | "unconstrained"
     matcher: str              # "one_to_one" | "legacy" (sgb: always "legacy", many-to-many)
-    box_source: str           # "gt" | "detector"
+    box_source: str           # "gt" | "detector" | "objects" (a scene-graphs file's own objects)
     ks: tuple[int, ...]
     metrics: dict[str, float]
     per_predicate: dict[int, dict[str, float]] = field(default_factory=dict)

@@ -32,7 +32,8 @@ import numpy as np
 
 from relate.metrics._tables import GroundTruth, Predictions, expand_join
 
-__all__ = ["PROTOCOLS", "SGB_NOGC_CAP", "sgb_iou", "sgb_rank", "sgb_recall"]
+__all__ = ["PROTOCOLS", "SGB_NOGC_CAP", "sgb_iou", "sgb_rank", "sgb_recall", "sgb_credit", "sgb_aggregate",
+           "sgb_rank_dense"]
 
 PROTOCOLS = ("paper", "sgb")
 SGB_NOGC_CAP = 100  # SGB keeps only the 100 best unconstrained entries before cutting at K
@@ -141,16 +142,8 @@ def sgb_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int], graph_
     strings outside it are not scored (SGB's classifier has no column for them) and are counted
     in ``n_unscored_triplets``; a (pair, predicate) listed twice is one entry at its best score.
     """
-    from relate.metrics.recall import BUCKETS, bucket_of
-
     off, xyxy, labels = boxes if boxes is not None else (gt.box_offsets, gt.boxes, gt.categories)
-    label_set = list(gt.predicates if predicates is None else predicates)
-    index = {str(p): i for i, p in enumerate(label_set)}
-    P = len(label_set)
-    gli = _label_index(gt.predicates, index)[gt.rel_predicate]
-    if (gli < 0).any():
-        missing = sorted({str(gt.predicates[c]) for c in gt.rel_predicate[gli < 0]})
-        raise ValueError(f"sgb: GT predicates {missing[:5]} are not in the label set of {P} predicates")
+    label_set, index, gli = _label_set(gt, predicates)
     scores = (np.ones(int(off[-1]), np.float32) if object_scores is None
               else np.asarray(object_scores, np.float32))
     if scores.shape != (int(off[-1]),):
@@ -158,25 +151,53 @@ def sgb_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int], graph_
     pli = _label_index(preds.vocab, index)[preds.predicate] if preds.n else np.zeros(0, np.int64)
     idx, rank, pair_img = sgb_rank(preds, pli, scores, off, graph_constrained=graph_constrained,
                                    max_k=max(ks))
-    rep = gt.rel_repeats if gt.rel_repeats is not None else np.ones(gt.rel_image.size, np.int64)
-    # which GT rows each ranked prediction credits, through every label-and-IoU link of its boxes
+    hit_rank = sgb_credit(gt, gli, len(label_set), (off, xyxy, labels), preds.image[idx], preds.subject[idx],
+                          preds.object[idx], pli[idx], rank, iou_threshold)
+    return sgb_aggregate(gt, gli, hit_rank, pair_img, label_set, ks, n_unscored=int((pli < 0).sum()))
+
+
+def _label_set(gt: GroundTruth, predicates: Sequence[str] | None) -> tuple[list, dict[str, int], np.ndarray]:
+    """(label set, its index, each GT row's label index); every GT predicate must be in the set."""
+    label_set = list(gt.predicates if predicates is None else predicates)
+    index = {str(p): i for i, p in enumerate(label_set)}
+    gli = _label_index(gt.predicates, index)[gt.rel_predicate]
+    if (gli < 0).any():
+        missing = sorted({str(gt.predicates[c]) for c in gt.rel_predicate[gli < 0]})
+        raise ValueError(f"sgb: GT predicates {missing[:5]} are not in the label set of {len(label_set)} predicates")
+    return label_set, index, gli
+
+
+def sgb_credit(gt: GroundTruth, gli: np.ndarray, P: int, boxes: tuple[np.ndarray, np.ndarray, np.ndarray],
+               img: np.ndarray, sub: np.ndarray, obj: np.ndarray, lab: np.ndarray, rank: np.ndarray,
+               iou_threshold: float) -> np.ndarray:
+    """Best (lowest) rank at which each GT row is credited, inf if never: every ranked entry
+    (image, subject box, object box, label index, rank) credits each GT row whose predicate is its
+    label and whose two boxes it links to by label and IoU (many-to-many)."""
+    off, xyxy, labels = boxes
     limg, lp, lg = _links(gt, off, xyxy, labels, iou_threshold)
     B = int(max(gt.max_boxes, int(np.diff(off).max(initial=0)), 1))
     lkey = limg * B + lp
     lorder = np.argsort(lkey, kind="stable")
-    img = preds.image[idx]
-    r1, j1 = expand_join(img * B + preds.subject[idx], lkey[lorder])
-    r2, j2 = expand_join(img[r1] * B + preds.object[idx[r1]], lkey[lorder])
+    r1, j1 = expand_join(img * B + sub, lkey[lorder])
+    r2, j2 = expand_join(img[r1] * B + obj[r1], lkey[lorder])
     row, gs, go = r1[r2], lg[lorder[j1[r2]]], lg[lorder[j2]]
     gkey = ((gt.rel_image * B + gt.rel_subject) * B + gt.rel_object) * max(P, 1) + gli
     gorder = np.argsort(gkey, kind="stable")
-    ckey = ((img[row] * B + gs) * B + go) * max(P, 1) + pli[idx[row]]
+    ckey = ((img[row] * B + gs) * B + go) * max(P, 1) + lab[row]
     pos = np.minimum(np.searchsorted(gkey[gorder], ckey), max(gkey.size - 1, 0))
     ok = gkey[gorder][pos] == ckey if gkey.size else np.zeros(ckey.size, bool)
     hit_rank = np.full(gt.rel_image.size, np.inf)
     np.minimum.at(hit_rank, gorder[pos[ok]], rank[row[ok]].astype(np.float64))
-    return _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, BUCKETS, bucket_of,
-                      n_unscored=int((pli < 0).sum()))
+    return hit_rank
+
+
+def sgb_aggregate(gt: GroundTruth, gli: np.ndarray, hit_rank: np.ndarray, pair_img: np.ndarray, label_set: list,
+                  ks: Sequence[int], n_unscored: int = 0) -> tuple[dict, dict, dict, dict]:
+    """SGB's averages of the per-row hit ranks (GT repeats count; see _aggregate)."""
+    from relate.metrics.recall import BUCKETS, bucket_of
+
+    rep = gt.rel_repeats if gt.rel_repeats is not None else np.ones(gt.rel_image.size, np.int64)
+    return _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, BUCKETS, bucket_of, n_unscored=n_unscored)
 
 
 def _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, buckets_def, bucket_of, n_unscored):
@@ -217,3 +238,58 @@ def _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, buckets_def, buc
     n_cls = {name: int((present & (names == name)).sum()) for name, _, _ in buckets_def}
     sup = {str(label_set[c]): int(support[c]) for c in np.flatnonzero(present)}
     return metrics, per_pred, sup, n_cls
+
+
+def sgb_rank_dense(pair_offsets: np.ndarray, pair_image: np.ndarray, subject_score: np.ndarray,
+                   object_score: np.ndarray, scores: np.ndarray, *, graph_constrained: bool,
+                   max_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pair row, label column, 0-based rank in its image) of SGB's ranked entries of a dense output.
+
+    ``scores`` is (pairs, P) float32 with columns in label-set order; the pairs of one image are
+    the contiguous block ``pair_offsets[r]:[r + 1]``. The same rules as :func:`sgb_rank`, on the
+    matrix itself: argmax per row for the graph-constrained slot, and for the unconstrained list
+    a per-image partition that finds the 100th best entry before anything is sorted.
+    """
+    N, P = scores.shape
+    best = scores.argmax(axis=1) if P else np.zeros(N, np.int64)  # first maximum: lowest label index
+    p32 = np.take_along_axis(scores, best[:, None], 1)[:, 0] if P else np.zeros(N, np.float32)
+    triple = (p32 * subject_score) * object_score
+    order = np.lexsort((np.arange(N), -triple, pair_image))  # ties: the pair's place in the file
+    gc_sorted = _rank_in_image(pair_image[order])
+    if graph_constrained:
+        keep = gc_sorted < max_k
+        return order[keep], best[order[keep]].astype(np.int64), gc_sorted[keep]
+    gc_rank = np.empty(N, np.int64)
+    gc_rank[order] = gc_sorted
+    cap = min(max_k, SGB_NOGC_CAP)
+    overall = (subject_score * object_score)[:, None] * scores  # float32, as SGB multiplies
+    thr = _kth_largest_per_block(overall, pair_offsets, cap)
+    rows = np.repeat(np.arange(pair_offsets.size - 1), np.diff(pair_offsets))
+    pr, col = np.nonzero(overall >= thr[rows][:, None])
+    sel = overall[pr, col]
+    order = np.lexsort((col, gc_rank[pr], -sel, pair_image[pr]))
+    rank = _rank_in_image(pair_image[pr][order])
+    keep = rank < cap
+    return pr[order][keep], col[order][keep].astype(np.int64), rank[keep]
+
+
+def _kth_largest_per_block(values: np.ndarray, pair_offsets: np.ndarray, k: int,
+                           chunk_values: int = 1 << 21) -> np.ndarray:
+    """Per block of rows ``pair_offsets[r]:[r + 1]`` of ``values`` (pairs, P): its k-th largest
+    entry, or -inf when it has k entries or fewer. Blocks of one size go through np.partition
+    together, in chunks of about ``chunk_values`` entries to bound the memory."""
+    P = values.shape[1]
+    n = np.diff(pair_offsets)
+    thr = np.full(n.size, -np.inf, np.float32)
+    flat = values.reshape(-1)
+    big = np.flatnonzero(n * P > k)
+    for L in np.unique(n[big]):
+        blocks = big[n[big] == L]
+        width = int(L) * P
+        step = max(1, chunk_values // width)
+        cols = np.arange(width)
+        for i in range(0, blocks.size, step):
+            b = blocks[i:i + step]
+            X = flat[(pair_offsets[b] * P)[:, None] + cols[None, :]]
+            thr[b] = np.partition(X, width - k, axis=1)[:, width - k]
+    return thr

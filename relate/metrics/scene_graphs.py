@@ -1,0 +1,206 @@
+"""Predictions that carry their own objects (relate.schema SCENE_GRAPHS_SCHEMA), scored from one file.
+
+A scene-graphs file holds, per image, the system's objects (box, label, label score), the ordered
+pairs it scored with one dense row of predicate scores each (SGB- and OpenPSG-style outputs), and/or
+sparse scored triplets over the same objects (a VLM's or a submission's ranked list). predcls,
+sgcls and sgdet are one code path: the objects are GT boxes with GT labels, GT boxes with
+predicted labels, or a detector's boxes, and link to the GT by IoU (and, under ``sgb``, label).
+
+The dense score matrix is never expanded to one row per (pair, predicate): the ``sgb`` ranking
+works on it directly (relate.metrics.sgb.sgb_rank_dense), so 10k images x 80 pairs x 50 predicates
+(40M scores) cost a few seconds, not the minutes a flat triplet table of 40M rows would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from relate.metrics._boxmatch import Detections
+from relate.metrics._tables import GroundTruth, Predictions, _np, encode_strings
+from relate.metrics.recall import RecallResult, evaluate_recall
+from relate.metrics.sgb import (PROTOCOLS, _kth_largest_per_block, _label_set, sgb_aggregate, sgb_credit,
+                                sgb_rank_dense)
+from relate.schema import SchemaError, scene_graph_predicates, validate_scene_graphs
+
+__all__ = ["SceneGraphs", "load_scene_graphs", "evaluate_scene_graphs"]
+
+
+@dataclass(frozen=True)
+class SceneGraphs:
+    """One system's objects and scored pairs on one split, indexed by the ground truth's images."""
+
+    objects: Detections         # per GT image, GT order; ``categories`` are the predicted labels
+    object_scores: np.ndarray   # (O,) float32 label score of each object, aligned with objects.boxes
+    pair_offsets: np.ndarray    # (rows + 1,) pairs of file row r are pair_offsets[r]:[r + 1]
+    pair_image: np.ndarray      # (N,) int64 GT image index of each pair
+    pair_subject: np.ndarray    # (N,) int64 object index within its image
+    pair_object: np.ndarray     # (N,) int64
+    scores: np.ndarray          # (N, P) float32, dense, columns named by ``predicates``
+    predicates: np.ndarray      # (P,) object
+    triplets: Predictions       # sparse triplets over the objects (n == 0 when the file has none)
+    source: str = "<table>"
+
+    def object_index(self, local: np.ndarray, image: np.ndarray) -> np.ndarray:
+        """Row into ``objects.boxes`` of object ``local`` of GT image ``image``."""
+        return self.objects.box_offsets[image] + local
+
+
+def _read(source: str | Path | pa.Table) -> tuple[pa.Table, str]:
+    if isinstance(source, pa.Table):
+        return source, "scene_graphs"
+    try:
+        return pq.read_table(source), str(source)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise SchemaError(f"{source}: cannot read scene-graphs Parquet: {exc}") from None
+
+
+def load_scene_graphs(source: str | Path | pa.Table, gt: GroundTruth) -> SceneGraphs:
+    """Read and validate a SCENE_GRAPHS_SCHEMA file (or table) against ``gt``'s images."""
+    table, name = _read(source)
+    n_obj = validate_scene_graphs(table, name=name)
+    ids = table.column("image_id").to_pylist()
+    index = gt.index_of()
+    unknown = [i for i in ids if i not in index]
+    if unknown:
+        raise SchemaError(f"{name}: image_id(s) not in the ground truth: {unknown[:5]} ({len(unknown)} in all)")
+    row_img = np.array([index[i] for i in ids], dtype=np.int64)
+    # objects move to the GT's image order (small); the score matrix stays where it is
+    objs = table.column("objects").combine_chunks()
+    flat = objs.flatten()
+    parent = pc.list_parent_indices(objs).to_numpy().astype(np.int64)
+    per_img = np.zeros(gt.n_images, np.int64)
+    per_img[row_img] = n_obj
+    off = np.concatenate([[0], np.cumsum(per_img)]).astype(np.int64)
+    row_off = np.concatenate([[0], np.cumsum(n_obj)]).astype(np.int64)
+    dest = off[row_img[parent]] + (np.arange(parent.size) - row_off[parent])
+    boxes = np.zeros((parent.size, 4))
+    labels = np.empty(parent.size, dtype=object)
+    scores = np.zeros(parent.size, np.float32)
+    if parent.size:
+        boxes[dest] = np.stack([_np(flat.field(k), np.float64) for k in ("x1", "y1", "x2", "y2")], axis=1)
+        labels[dest] = _np(flat.field("label"))
+        scores[dest] = _np(flat.field("score"), np.float32)
+    pairs = table.column("pairs").combine_chunks()
+    pflat = pairs.flatten()
+    pparent = pc.list_parent_indices(pairs).to_numpy().astype(np.int64)
+    poff = np.concatenate([[0], np.cumsum(np.bincount(pparent, minlength=len(ids)))]).astype(np.int64)
+    names = np.asarray(scene_graph_predicates(table.schema, name=name) or [], dtype=object)
+    values = table.column("pair_scores").combine_chunks().flatten().flatten()
+    matrix = values.to_numpy().reshape(pparent.size, names.size) if pparent.size else np.zeros((0, names.size), np.float32)
+    return SceneGraphs(Detections(off, boxes, labels), scores, poff, row_img[pparent],
+                       _np(pflat.field("subject"), np.int64), _np(pflat.field("object"), np.int64),
+                       matrix, names, _triplets(table, row_img, gt, name), name)
+
+
+def _triplets(table: pa.Table, row_img: np.ndarray, gt: GroundTruth, name: str) -> Predictions:
+    col = table.column("triplets").combine_chunks()
+    tri = col.flatten()
+    parent = pc.list_parent_indices(col).to_numpy().astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(parent, minlength=table.num_rows))]).astype(np.int64)
+    if len(tri) == 0:
+        z = np.zeros(0, np.int64)
+        return Predictions(z, z, z, z, np.zeros(0), gt.predicates, name, offsets)
+    codes, vocab = encode_strings(tri.field("predicate"), gt.predicates)
+    return Predictions(row_img[parent], _np(tri.field("subject"), np.int64), _np(tri.field("object"), np.int64),
+                       codes, _np(tri.field("score"), np.float64), vocab, name, offsets)
+
+
+def _pair_scores(sg: SceneGraphs) -> tuple[np.ndarray, np.ndarray]:
+    """Label score of each pair's subject and object (float32)."""
+    s = sg.object_scores[sg.object_index(sg.pair_subject, sg.pair_image)]
+    o = sg.object_scores[sg.object_index(sg.pair_object, sg.pair_image)]
+    return s, o
+
+
+def dense_to_predictions(sg: SceneGraphs, gt: GroundTruth, *, graph_constrained: bool, max_k: int) -> Predictions:
+    """The sparse triplets the ``paper`` ranking would keep: each pair's best predicate (graph-
+    constrained) or each image's ``max_k`` best entries with their ties (unconstrained); a triplet
+    scores predicate x subject x object label scores."""
+    s, o = _pair_scores(sg)
+    N, P = sg.scores.shape
+    if graph_constrained:
+        col = sg.scores.argmax(axis=1) if P else np.zeros(N, np.int64)
+        pr = np.arange(N)
+        score = (sg.scores[pr, col] * s) * o
+    else:
+        overall = (s * o)[:, None] * sg.scores
+        thr = _kth_largest_per_block(overall, sg.pair_offsets, max_k)
+        rows = np.repeat(np.arange(sg.pair_offsets.size - 1), np.diff(sg.pair_offsets))
+        pr, col = np.nonzero(overall >= thr[rows][:, None])  # row-major: file order survives
+        score = overall[pr, col]
+    codes, vocab = encode_strings(sg.predicates[col] if col.size else np.zeros(0, object), gt.predicates)
+    return Predictions(sg.pair_image[pr], sg.pair_subject[pr], sg.pair_object[pr], codes,
+                       score.astype(np.float64), vocab, sg.source)
+
+
+def _check_labels(sg: SceneGraphs) -> None:
+    none = np.flatnonzero(np.equal(sg.objects.categories, None))
+    if none.size:
+        img = int(np.searchsorted(sg.objects.box_offsets, none[0], side="right") - 1)
+        raise ValueError(f"{sg.source}: protocol 'sgb' links boxes by label, but {none.size} object(s) have a null "
+                         f"label (first in image index {img}); convert with labels or use protocol 'paper'")
+
+
+def evaluate_scene_graphs(gt: GroundTruth, sg: SceneGraphs, *, ks: Sequence[int] = (20, 50, 100),
+                          graph_constrained: bool = True, protocol: str = "paper",
+                          predicates: Sequence[str] | None = None, iou_threshold: float = 0.5,
+                          matcher: str | None = None, require_category: bool = False,
+                          per_image: bool = False) -> RecallResult:
+    """Recall of a scene-graphs file: its objects link to the GT boxes by IoU (``sgb``: and label,
+    with triplet score = predicate x subject x object label scores, relate.metrics.sgb); ``paper``
+    scores the same triplets with the one-to-one matcher by default. A file scores either its dense
+    pairs or its sparse triplets; both in one file is refused."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+    dense = sg.scores.shape[0] > 0
+    if dense and sg.triplets.n:
+        raise ValueError(f"{sg.source}: has both dense pair_scores ({sg.scores.shape[0]} pairs) and sparse "
+                         f"triplets ({sg.triplets.n}); score them from two files")
+    ks = tuple(sorted(int(k) for k in ks))
+    if protocol == "paper":
+        preds = (dense_to_predictions(sg, gt, graph_constrained=graph_constrained, max_k=ks[-1]) if dense
+                 else sg.triplets)
+        r = evaluate_recall(gt, preds, ks=ks, graph_constrained=graph_constrained, matcher=matcher,
+                            detections=sg.objects, iou_threshold=iou_threshold, require_category=require_category,
+                            per_image=per_image)
+    else:
+        _check_labels(sg)
+        if not dense:
+            r = evaluate_recall(gt, sg.triplets, ks=ks, graph_constrained=graph_constrained, matcher=matcher,
+                                detections=sg.objects, iou_threshold=iou_threshold, protocol="sgb",
+                                predicates=predicates, object_scores=sg.object_scores)
+        else:
+            r = _sgb_dense(gt, sg, ks, graph_constrained, predicates, iou_threshold)
+    r.box_source = "objects"
+    if r.per_image is not None:
+        r.per_image = [{**row, "box_source": "objects"} for row in r.per_image]
+    return r
+
+
+def _sgb_dense(gt: GroundTruth, sg: SceneGraphs, ks: tuple[int, ...], graph_constrained: bool,
+               predicates: Sequence[str] | None, iou_threshold: float) -> RecallResult:
+    label_set, index, gli = _label_set(gt, predicates)
+    lab = np.array([index.get(str(p), -1) for p in sg.predicates.tolist()], dtype=np.int64)
+    keep = np.flatnonzero(lab >= 0)
+    keep = keep[np.argsort(lab[keep], kind="stable")]  # columns in label order: argmax ties -> lowest label
+    scores = sg.scores if np.array_equal(keep, np.arange(lab.size)) else np.ascontiguousarray(sg.scores[:, keep])
+    s, o = _pair_scores(sg)
+    pr, col, rank = sgb_rank_dense(sg.pair_offsets, sg.pair_image, s, o, scores,
+                                   graph_constrained=graph_constrained, max_k=ks[-1])
+    boxes = (sg.objects.box_offsets, sg.objects.boxes, sg.objects.categories)
+    hit = sgb_credit(gt, gli, len(label_set), boxes, sg.pair_image[pr], sg.pair_subject[pr], sg.pair_object[pr],
+                     lab[keep][col], rank, iou_threshold)
+    pair_img = sg.pair_image if keep.size else np.zeros(0, np.int64)
+    metrics, per_pred, sup, n_cls = sgb_aggregate(gt, gli, hit, pair_img, label_set, ks,
+                                                  n_unscored=int(sg.scores.shape[0] * (lab.size - keep.size)))
+    metrics["n_images"] = float(gt.n_images)
+    metrics["n_relations"] = float(gt.rel_repeats.sum() if gt.rel_repeats is not None else gt.rel_image.size)
+    mode = "graph_constrained" if graph_constrained else "unconstrained"
+    return RecallResult(mode, "legacy", "objects", ks, metrics, per_pred, sup, n_cls, protocol="sgb")
