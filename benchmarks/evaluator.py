@@ -9,6 +9,14 @@ Figures:
   The loop is timed from ready-made Python lists (its conversion is not charged to it).
 * ``metrics_import_s``  seconds ``import relate.metrics`` adds to a fresh interpreter that has
   numpy and pyarrow (goal: under 1 s; it imports no torch and no scikit-learn).
+* ``dense_10k_images_s``  SGB-style dense outputs (benchmarks._dense_outputs: 10 detected objects
+  with labels and label scores, 80 ordered pairs x all 50 predicate scores per image, 40M scores)
+  in the scene-graphs layout: seconds to read the Parquet file, validate it, load the ground truth
+  and compute R/mR@20/50/100 graph-constrained and unconstrained under the ``sgb`` protocol
+  (goal: under 10 s on 2 cores);
+* ``dense_speedup_vs_flat``  the same outputs in the flat one-row-per-triplet layout (a detector
+  table plus 4,000 triplet rows per image, scored by the same protocol on a subset, its per-image
+  rate in ``flat_images_per_s``) against the dense path, after asserting both give the same numbers.
 """
 
 from __future__ import annotations
@@ -20,8 +28,10 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks._common import best_of, run_benchmark
+from benchmarks._dense_outputs import flat_tables, make_dense
 from benchmarks._loop_baseline import loop_recall
-from relate.metrics import evaluate_recall, load_ground_truth, load_predictions
+from relate.metrics import (evaluate_recall, evaluate_scene_graphs, load_detections, load_ground_truth,
+                            load_predictions, load_scene_graphs)
 from relate.schema import BOX_TYPE, CORPUS_SCHEMA, PREDICTIONS_SCHEMA, RELATION_TYPE, TRIPLET_TYPE
 
 KS = (20, 50, 100)
@@ -109,6 +119,55 @@ def metrics_import_s(repeats: int) -> float:
     return max(0.0, min(run("import numpy, pyarrow, relate.metrics") for _ in range(repeats)) - bare)
 
 
+def _dense_eval(corpus: pa.Table, source, predicates: list[str]) -> dict[str, float]:
+    gt = load_ground_truth(corpus)
+    sg = load_scene_graphs(source, gt)
+    out = {}
+    for gc, tag in ((True, "gc"), (False, "nogc")):
+        m = evaluate_scene_graphs(gt, sg, ks=KS, graph_constrained=gc, protocol="sgb", predicates=predicates).metrics
+        out.update({f"{k}_{tag}": v for k, v in m.items() if "@" in k})
+    return out
+
+
+def _flat_eval(corpus: pa.Table, preds: pa.Table, det: pa.Table, scores: np.ndarray,
+               predicates: list[str]) -> dict[str, float]:
+    gt = load_ground_truth(corpus)
+    dets = load_detections(det, gt)
+    p = load_predictions(preds, gt, n_boxes=dict(zip(gt.image_ids.tolist(), dets.n_boxes.tolist())))
+    out = {}
+    for gc, tag in ((True, "gc"), (False, "nogc")):
+        m = evaluate_recall(gt, p, ks=KS, graph_constrained=gc, protocol="sgb", detections=dets,
+                            object_scores=scores, predicates=predicates).metrics
+        out.update({f"{k}_{tag}": v for k, v in m.items() if "@" in k})
+    return out
+
+
+def measure_dense(quick: bool) -> dict[str, float]:
+    """The dense figures: 10k images from a Parquet file, and the flat layout on a subset."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    d = make_dense(10_000)
+    corpus, vocab = d.corpus(), d.vocab.tolist()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/scene_graphs.parquet"
+        pq.write_table(d.scene_graphs(), path)
+        full: dict = {}
+        dense_s = best_of(lambda: full.update(_dense_eval(corpus, path, vocab)), 1 if quick else 3)
+    n_flat = 200 if quick else 1_000
+    preds, det, scores = flat_tables(d, n_flat)
+    sub = corpus.slice(0, n_flat)
+    flat: dict = {}
+    flat_s = best_of(lambda: flat.update(_flat_eval(sub, preds, det, scores, vocab)), 1 if quick else 2)
+    sub_sg = d.scene_graphs().slice(0, n_flat)
+    _assert_same(_dense_eval(sub, sub_sg, vocab), flat)
+    return {"dense_10k_images_s": round(dense_s, 3), "flat_images_per_s": round(n_flat / flat_s, 1),
+            "dense_speedup_vs_flat": round((flat_s / n_flat) / (dense_s / 10_000), 1),
+            "dense_scores_10k": float(d.scores.size),
+            "dense_R@50_gc": round(full["R@50_gc"], 4), "dense_R@50_nogc": round(full["R@50_nogc"], 4)}
+
+
 def measure(quick: bool) -> dict[str, float]:
     import_s = metrics_import_s(2 if quick else 5)
     corpus, preds = make_data(10_000)
@@ -134,7 +193,7 @@ def measure(quick: bool) -> dict[str, float]:
     return {"eval_10k_images_s": round(eval_s, 3), "speedup_vs_loop": round(loop_s / vec_s, 2),
             "metrics_import_s": round(import_s, 3),
             "loop_images": float(n_loop), "triplets_10k": float(10_000 * N_PAIRS * PER_PAIR),
-            "R@50": round(full["R@50"], 4), "mR@50": round(full["mR@50"], 4)}
+            "R@50": round(full["R@50"], 4), "mR@50": round(full["mR@50"], 4), **measure_dense(quick)}
 
 
 if __name__ == "__main__":
