@@ -15,7 +15,15 @@ baseline's exported output is scored by exactly the code that scores ours. Stage
    (system, benchmark, image, K) of every A1/A4 recall cell, whose ``recall`` averages to the
    cell's R@K (``df[(df.system == s) & (df.benchmark == b) & (df.k == 50)].recall.mean()``) and
    whose ``predicates`` terms give its mR@K (relate.metrics.per_image). ``results.json`` names the
-   file under ``per_image`` (null when no cell has rows, e.g. protocol ``sgb``).
+   file under ``per_image`` (null when no cell has rows, e.g. protocol ``sgb``); A3 cells add
+   their synonym-tolerant rows (matcher ``synonym``);
+6. a bootstrap over images (eval_jobs.intervals): an interval on every cell, axis, the OVS and
+   each leave-one-axis-out value, and paired differences between systems, under ``bootstrap`` in
+   ``results.json``; every draw in ``bootstrap_draws.parquet`` for eval_jobs.leaderboard.
+
+A3 asks the model to answer from a whole vocabulary (``vocabulary``: the packaged 19,291 strings
+by default, or a file) and scores its answers against the benchmark's strings by synonym; MRR and
+median rank place the GT string among that vocabulary.
 
 Every recall cell is graph-constrained unless the config says otherwise, and says which it is.
 """
@@ -34,14 +42,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
+from eval_jobs.intervals import BootstrapSpec, bootstrap_systems, cell_kit
 from relate.config import StrictConfig, dump_config, parse_job_args
 from relate.data.readers import BenchmarkData, read_benchmark
 from relate.jobinfo import Progress, gather, run_name
-from relate.metrics import (chance_correct, composite, evaluate_federated, evaluate_open_vocab, evaluate_recall,
-                            evaluate_spatial, leave_one_axis_out, load_cells, load_detections, load_ground_truth,
+from relate.metrics import (chance_correct, composite, evaluate_open_vocab, evaluate_recall,
+                            leave_one_axis_out, spatial_auc, load_cells, load_detections, load_ground_truth,
                             load_predictions, pair_recall_ceiling, prior_violation_check, ratio_to_reference,
-                            recall_chance, shared_triplet_mass)
+                            recall_chance, score_cells, shared_triplet_mass)
+from relate.metrics.federated import federated_scores
 from relate.metrics.openvocab import calibrate_synonym_threshold
+from relate.metrics.pairs import relations_covered
 from relate.placement import ResourcesConfig, ray_remote_args
 from relate.schema import PER_IMAGE_SCHEMA, to_table
 
@@ -51,6 +62,10 @@ __all__ = ["BenchmarkSpec", "SystemSpec", "InferenceSpec", "SynonymSpec", "OVSGG
 PredictFn = Callable[[pa.Table, list[str]], pa.Table]
 AXES = ("A1", "A2", "A3", "A4", "A5", "A6")
 PER_IMAGE_FILE = "per_image.parquet"
+DRAWS_FILE = "bootstrap_draws.parquet"
+DRAWS_SCHEMA = pa.schema([pa.field("system", pa.string(), nullable=False),
+                          pa.field("quantity", pa.string(), nullable=False),
+                          pa.field("draws", pa.list_(pa.float64()), nullable=False)])
 
 
 class BenchmarkSpec(StrictConfig):
@@ -66,6 +81,13 @@ class BenchmarkSpec(StrictConfig):
     min_support: int = Field(default=5, ge=1, description="A2: positives a predicate needs to enter mean fAP")
     vocabulary_size: int | None = Field(default=None, ge=1, description="V for the 1/V recall chance "
                                         "(default: the benchmark's own predicate list)")
+    vocabulary: str | None = Field(
+        default=None, description="A3 only: the strings the system answers from and V of MRR, median rank and "
+        "chance: 'packaged' (the default for A3: relate.text.build_vocabulary, 19,291 strings), 'benchmark' (its "
+        "own predicate list, as A1 supplies it) or a vocabulary file, one string per line")
+    per_pair: int | None = Field(default=None, ge=1, description="answers per region pair the inference stage "
+                                 "asks predict_fn for (default 3; 25 on A3, where median rank and MRR read "
+                                 "how deep the GT string sits; deeper than this counts as unranked)")
     reader_options: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="extra keyword arguments of the reader, e.g. h5_name, box_scale, "
                                           "boxes_from, json_name (see relate.data.readers)")
@@ -74,7 +96,27 @@ class BenchmarkSpec(StrictConfig):
     def _a4_needs_detections(self) -> "BenchmarkSpec":
         if self.axis == "A4" and not self.detections:
             raise ValueError(f"benchmark {self.name!r}: axis A4 needs 'detections' (the shared detector's boxes)")
+        if self.vocabulary is not None and self.axis != "A3":
+            raise ValueError(f"benchmark {self.name!r}: 'vocabulary' is for axis A3 (the model answers from it); "
+                             f"axis {self.axis} scores the benchmark's own predicates")
         return self
+
+    def answer_vocabulary(self, bench: BenchmarkData) -> tuple[str, list[str]]:
+        """(name, strings) the system answers from on this benchmark: A3's vocabulary, else the
+        benchmark's predicate list."""
+        choice = self.vocabulary or ("packaged" if self.axis == "A3" else "benchmark")
+        if choice == "benchmark":
+            return "benchmark", list(bench.predicates)
+        if choice == "packaged":
+            from relate.text.vocabulary import build_vocabulary
+
+            return "packaged", build_vocabulary()
+        from relate.text.vocabulary import load_vocabulary_file
+
+        return choice, load_vocabulary_file(choice)
+
+    def answers_per_pair(self) -> int:
+        return self.per_pair or (25 if self.axis == "A3" else 3)
 
 
 class SystemSpec(StrictConfig):
@@ -143,6 +185,8 @@ class OVSGGConfig(StrictConfig):
     num_cpus_per_task: float = Field(default=0.5, gt=0, description="CPUs per scoring task")
     inference: InferenceSpec | None = Field(default=None, description="optional model inference step")
     synonyms: SynonymSpec = Field(default_factory=SynonymSpec, description="A3 synonym matcher")
+    bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec, description="intervals over images for every "
+                                     "cell, axis, the OVS and each leave-one-axis-out value, paired across systems")
     prior_watch: list[str] = Field(default_factory=list, description="H.3: predicates that need contact (e.g. "
                                    "'wearing'); their disjoint-box rate is compared with the system's training data")
     use_ray: bool = Field(default=True, description="run stages as Ray tasks (False: in-process, for debugging)")
@@ -200,10 +244,13 @@ def _synonym_groups(spec: SynonymSpec) -> dict[str, list[str]]:
 
 def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.Table, cfg: OVSGGConfig,
                train: str | pa.Table | None = None) -> dict:
-    """All metrics of one system on one benchmark, for its axis."""
+    """All metrics of one system on one benchmark, for its axis. With bootstrap on, the cell also
+    carries its resampling kit under ``_kit`` (popped by main before anything is written)."""
     gt = load_ground_truth(bench.corpus)
     V = spec.vocabulary_size or bench.vocabulary_size or int(gt.predicates.size)
     out: dict[str, Any] = {"axis": spec.axis, "benchmark": spec.name, "vocabulary_size": V}
+    boot = cfg.bootstrap.resamples > 0
+    recall_kit = boot and cfg.protocol == "paper"  # sgb keeps no per-image state
     rk: dict[str, Any] = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, matcher=cfg.matcher,
                               per_image=True)
     if cfg.protocol == "sgb":  # mR divides by the benchmark's whole predicate list
@@ -215,13 +262,18 @@ def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.
         preds = load_predictions(predictions, gt, n_boxes=nb)
         extra = {} if cfg.protocol == "sgb" else {"require_category": spec.require_category}  # sgb: labels always
         _put_recall(out, evaluate_recall(gt, preds, detections=det, iou_threshold=spec.iou_threshold, **extra, **rk))
-        out["pair_recall"] = pair_recall_ceiling(gt, det, iou_threshold=spec.iou_threshold,
-                                                 one_to_one=cfg.matcher == "one_to_one" and cfg.protocol == "paper",
-                                                 require_category=spec.require_category)
+        ceil = dict(iou_threshold=spec.iou_threshold, require_category=spec.require_category,
+                    one_to_one=cfg.matcher == "one_to_one" and cfg.protocol == "paper")
+        out["pair_recall"] = pair_recall_ceiling(gt, det, **ceil)
+        if recall_kit:
+            out["_kit"] = cell_kit("A4", gt, rows=out.get("_per_image"), k=cfg.headline_k,
+                                   ceiling=relations_covered(gt, det, **ceil))
         return out
     preds = load_predictions(predictions, gt)
     if spec.axis == "A1":
         _put_recall(out, evaluate_recall(gt, preds, **rk))
+        if recall_kit:
+            out["_kit"] = cell_kit("A1", gt, rows=out["_per_image"], k=cfg.headline_k, vocabulary_size=V)
         if train is not None:
             train = pq.read_table(train) if isinstance(train, str) else train
             out["triplet_mass"] = shared_triplet_mass(train, bench.corpus)
@@ -232,19 +284,40 @@ def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.
         if bench.cells is None:
             raise ValueError(f"benchmark {spec.name!r} ({spec.reader}) has no labelled cells; axis {spec.axis} needs them")
         cells = load_cells(bench.cells, gt, name=f"{spec.name} cells")
-        out["federated" if spec.axis == "A2" else "spatial"] = (
-            evaluate_federated(cells, preds, min_support=spec.min_support) if spec.axis == "A2"
-            else evaluate_spatial(cells, preds))
+        score, covered = score_cells(cells, preds)
+        if spec.axis == "A2":
+            f = out["federated"] = federated_scores(cells, score, covered, min_support=spec.min_support)
+            headline = [p for p in f["per_predicate_ap"] if f["positives"][p] >= spec.min_support]
+        else:
+            f = out["spatial"] = spatial_auc(cells, score)
+            f["pair_coverage"] = float(covered.mean()) if covered.size else float("nan")
+            headline = list(f["per_predicate"])
+        if boot:
+            out["_kit"] = cell_kit(spec.axis, gt, cells=cells, scores=score, codes=headline)
     elif spec.axis == "A3":
         embed = _embed_fn(cfg.synonyms.encoder)
         from relate.metrics.openvocab import SynonymMatcher
 
         matcher = (SynonymMatcher(cfg.synonyms.threshold, cfg.synonyms.encoder) if cfg.synonyms.threshold is not None
                    else calibrate_synonym_threshold(embed, _synonym_groups(cfg.synonyms), space=cfg.synonyms.encoder))
+        vname, vocab = spec.answer_vocabulary(bench)
+        V = out["vocabulary_size"] = spec.vocabulary_size or len(vocab)
         m = matcher.match_matrix(embed, list(preds.vocab), list(gt.predicates), space=cfg.synonyms.encoder)
-        out["open_vocab"] = evaluate_open_vocab(gt, preds, m, ks=cfg.ks, graph_constrained=cfg.graph_constrained,
-                                                vocabulary_size=spec.vocabulary_size)
-        out["open_vocab"]["threshold"] = matcher.threshold
+        ov = evaluate_open_vocab(gt, preds, m, ks=cfg.ks, graph_constrained=cfg.graph_constrained,
+                                 vocabulary_size=V, per_image=cfg.protocol == "paper")
+        rows = ov.pop("per_image", None)
+        known = set(vocab)
+        answered = {str(p) for p in preds.vocab[np.unique(preds.predicate)]} if preds.predicate.size else set()
+        outside = sorted(answered - known)
+        ov["threshold"] = matcher.threshold
+        ov["vocabulary"] = {"name": vname, "size": V, "answered_strings": len(answered),
+                            "answered_outside": len(outside), "examples_outside": outside[:10],
+                            "gt_strings_outside": sorted({str(p) for p in gt.predicates} - known)[:50]}
+        out["open_vocab"] = ov
+        if rows is not None:
+            out["_per_image"] = [{"benchmark": spec.name, "axis": "A3", **r} for r in rows]
+            if recall_kit:
+                out["_kit"] = cell_kit("A3", gt, rows=rows, k=cfg.headline_k, vocabulary_size=V)
     return out
 
 
@@ -318,13 +391,15 @@ def _load_predict_fn(path: str) -> PredictFn:
     return getattr(importlib.import_module(mod), fn)
 
 
-def relate_api_predict(regions: pa.Table, vocabulary: list[str], checkpoint: str | None = None) -> pa.Table:
-    """Default predict_fn: the trained relation model through relate.api (GT or detector boxes)."""
+def relate_api_predict(regions: pa.Table, vocabulary: list[str], checkpoint: str | None = None,
+                       per_pair: int = 3) -> pa.Table:
+    """Default predict_fn: the trained relation model through relate.api (GT or detector boxes),
+    each pair's ``per_pair`` best strings of ``vocabulary``."""
     if checkpoint is None:
         raise ValueError("inference.checkpoint is required by the default predict_fn")
     from relate.api import load_model
 
-    return load_model(checkpoint).predict_table(regions, vocabulary)
+    return load_model(checkpoint).predict_table(regions, vocabulary, per_pair=per_pair)
 
 
 def _regions(spec: BenchmarkSpec, bench: BenchmarkData) -> pa.Table:
@@ -344,9 +419,14 @@ def _regions(spec: BenchmarkSpec, bench: BenchmarkData) -> pa.Table:
 
 def _run_inference(spec: BenchmarkSpec, bench: BenchmarkData, predict_fn: PredictFn | str, out: str,
                    checkpoint: str | None = None) -> str:
+    import inspect
+
     fn = _load_predict_fn(predict_fn) if isinstance(predict_fn, str) else predict_fn
-    kw = {"checkpoint": checkpoint} if checkpoint is not None else {}
-    table = fn(_regions(spec, bench), list(bench.predicates), **kw)
+    kw: dict[str, Any] = {"checkpoint": checkpoint} if checkpoint is not None else {}
+    params = inspect.signature(fn).parameters
+    if "per_pair" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kw["per_pair"] = spec.answers_per_pair()
+    table = fn(_regions(spec, bench), spec.answer_vocabulary(bench)[1], **kw)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, out)
     return out
@@ -414,6 +494,7 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
     jobs = {(s, b): stages.submit("score", f"{s}/{b}", specs[b], benches[b], p, cfg, train[s])
             for s, ps in preds.items() for b, p in ps.items()}
     done = dict(zip(jobs, stages.gather(list(jobs.values()), "cells"))) if jobs else {}
+    kits = {key: c.pop("_kit") for key, c in done.items() if "_kit" in c}
     per_image = _write_per_image(done, out / PER_IMAGE_FILE)
     systems: dict[str, dict] = {}
     for s in cfg.systems:
@@ -423,16 +504,38 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
         comp = composite(normed).to_dict() if normed else None
         systems[s.name] = {"cells": {c["benchmark"]: c for c in cells}, "axes": axes, "composite": comp}
     norm = {n: {a: v["norm"] for a, v in r["axes"].items()} for n, r in systems.items() if r["composite"]}
+    boot = None
+    if kits:
+        points = {}
+        for key, c in done.items():
+            try:
+                points[key] = _cell_axis(c, cfg.headline_k)
+            except ValueError:
+                points[key] = (float("nan"), float("nan"))
+        boot, draws = bootstrap_systems(kits, systems, points, cfg.bootstrap)
+        boot["draws"] = _write_draws(draws, out / DRAWS_FILE)
+    else:
+        (out / DRAWS_FILE).unlink(missing_ok=True)
     result = {"protocol": {"name": cfg.protocol,
                            "mode": "graph_constrained" if cfg.graph_constrained else "unconstrained",
                            "matcher": cfg.matcher if cfg.protocol == "paper" else "legacy",
                            "headline_k": cfg.headline_k},
               "per_image": per_image,
-              "systems": systems, "leave_one_axis_out": leave_one_axis_out(norm) if norm else []}
+              "systems": systems, "leave_one_axis_out": leave_one_axis_out(norm) if norm else [],
+              "bootstrap": boot}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=_json_default))
     write_table(result, cfg, out / "table.md")
     write_radar(result, out / "radar.png")
     return result
+
+
+def _write_draws(draws: dict[str, dict[str, np.ndarray]], path: Path) -> str:
+    """Every resampled quantity's draws (system, quantity, draws), so eval_jobs.leaderboard can pair
+    runs scored on the same images with the same seed draw for draw."""
+    rows = [{"system": s, "quantity": q, "draws": v.astype(np.float64).tolist()}
+            for s, d in draws.items() for q, v in sorted(d.items())]
+    pq.write_table(pa.Table.from_pylist(rows, schema=DRAWS_SCHEMA), path)
+    return path.name
 
 
 def _json_default(x):

@@ -2,7 +2,8 @@
 
 One concept per module: recall (R/mR/F1/wR@K, buckets, matchers), per_image (the
 per-image rows R@K and mR@K average), bootstrap (their intervals over images and paired
-differences), sgb (Scene-Graph-Benchmark's evaluation, the ``sgb`` protocol), scene_graphs (files
+differences), resample (every headline under a draw of image counts: the
+OV-SGG-Bench intervals), sgb (Scene-Graph-Benchmark's evaluation, the ``sgb`` protocol), scene_graphs (files
 that carry their own objects and dense pair scores: sgcls / sgdet), pairs (pair-recall ceiling),
 mass (shared triplet mass), baseline (frequency baseline), edges (per-edge accuracy and join),
 federated (fAP, P-AUC, coverage), openvocab (synonym matching, MRR, median rank), spatial

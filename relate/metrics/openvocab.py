@@ -114,10 +114,12 @@ def rank_of_truth(gt: GroundTruth, preds: Predictions, predicate_match: np.ndarr
 
 def evaluate_open_vocab(gt: GroundTruth, preds: Predictions, predicate_match: np.ndarray, *,
                         ks: Sequence[int] = (20, 50, 100), vocabulary_size: int | None = None,
-                        graph_constrained: bool = True) -> dict:
+                        graph_constrained: bool = True, per_image: bool = False) -> dict:
     """Synonym-tolerant recall (graph-constrained by default), MRR and median rank of the exact
-    GT string. An unranked GT string takes rank ``vocabulary_size`` (the worst possible)."""
-    rec = evaluate_recall(gt, preds, ks=ks, graph_constrained=graph_constrained, predicate_match=predicate_match)
+    GT string. An unranked GT string takes rank ``vocabulary_size`` (the worst possible).
+    ``per_image`` adds the synonym-tolerant per-image recall rows under ``"per_image"``."""
+    rec = evaluate_recall(gt, preds, ks=ks, graph_constrained=graph_constrained, predicate_match=predicate_match,
+                          per_image=per_image)
     rank = rank_of_truth(gt, preds)
     worst = float(vocabulary_size or preds.vocab.size)
     rank_w = np.where(np.isfinite(rank), np.minimum(rank, worst), worst)
@@ -125,4 +127,6 @@ def evaluate_open_vocab(gt: GroundTruth, preds: Predictions, predicate_match: np
     out["metrics"]["MRR"] = float(np.where(np.isfinite(rank), 1.0 / rank, 0.0).mean()) if rank.size else float("nan")
     out["metrics"]["median_rank"] = float(np.median(rank_w)) if rank.size else float("nan")
     out["metrics"]["vocabulary_size"] = worst
+    if per_image:
+        out["per_image"] = [{**r, "matcher": "synonym"} for r in rec.per_image]
     return out

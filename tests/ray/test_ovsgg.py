@@ -148,6 +148,52 @@ def test_ovsgg_end_to_end_on_ray(ray_session, suite, capsys):
             assert at50.recall.mean() == pytest.approx(saved["systems"][s]["cells"][b]["recall"]["metrics"]["R@50"])
 
 
+def test_every_cell_kit_reproduces_its_reported_headline(suite):
+    """With every image drawn once, each cell's resampling kit gives back exactly the raw and
+    chance-corrected values the report shows: the intervals are intervals around those values."""
+    from eval_jobs.intervals import _cell_draws
+    from eval_jobs.ovsgg import _cell_axis, load_benchmark, score_cell
+
+    root, paths, corpus, base = suite
+    cfg = _cfg(root, paths, base, use_ray=False)
+    for spec in cfg.benchmarks:
+        cell = score_cell(spec, load_benchmark(spec), base[spec.name], cfg)
+        kit = cell["_kit"]
+        raw, norm = _cell_draws(kit, np.ones((1, kit["n_images"])))
+        assert (raw[0], norm[0]) == pytest.approx(_cell_axis(cell, cfg.headline_k), abs=1e-12), spec.name
+
+
+@pytest.mark.slow
+def test_intervals_are_paired_across_systems(suite):
+    """A system scored twice under two names differs from itself by exactly 0 in every draw; the
+    draws file holds every quantity of every system."""
+    root, paths, corpus, base = suite
+    cfg = _cfg(root, paths, base, use_ray=False)
+    cfg.inference = None
+    cfg.out_dir = str(root / "twice")
+    cfg.bootstrap.resamples = 200
+    cfg.systems = [SystemSpec(name="freq", predictions=base), SystemSpec(name="again", predictions=base),
+                   SystemSpec(name="freq_a5", predictions=base, a5=0.5)]
+    res = main(cfg)
+    boot = res["bootstrap"]
+    assert boot["resamples"] == 200 and set(boot["images"]) == set(base)
+    iv = boot["systems"]["freq"]
+    assert set(iv["cells"]) == set(base) and set(iv["axes"]) == {"A1", "A2", "A4", "A6"}
+    comp = res["systems"]["freq"]["composite"]
+    assert iv["ovs"]["estimate"] == comp["ovs"] and iv["ovs"]["low"] <= iv["ovs"]["high"]
+    assert set(iv["leave_one_axis_out"]) == set(comp["axis_set"])
+    for b, c in iv["cells"].items():
+        assert c["norm"]["low"] <= c["norm"]["high"], b
+    same = [d for d in boot["differences"] if {d["a"], d["b"]} == {"freq", "again"}]
+    assert {d["quantity"] for d in same} >= {"ovs", "axis:A1", "loao:A1", "cell:vg150:norm"}
+    assert all(d["estimate"] == 0 and d["low"] == 0 == d["high"] and not d["significant"] for d in same)
+    # A5 enters the third system's OVS as a constant: its OVS moves with the same draws
+    assert boot["systems"]["freq_a5"]["ovs"]["estimate"] == res["systems"]["freq_a5"]["composite"]["ovs"]
+    draws = pq.read_table(Path(cfg.out_dir) / boot["draws"]).to_pylist()
+    assert {(r["system"], r["quantity"]) for r in draws} >= {(s, "ovs") for s in ("freq", "again", "freq_a5")}
+    assert all(len(r["draws"]) == 200 for r in draws)
+
+
 def test_ovsgg_bad_prediction_file_names_file_and_row(ray_session, suite, tmp_path):
     root, paths, corpus, base = suite
     bad = dict(base)

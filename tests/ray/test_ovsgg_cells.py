@@ -12,6 +12,7 @@ from relate.config import ConfigError, load_config
 from relate.data.export import synthesize_negatives, write_hico_det, write_psg
 from relate.metrics import recall_chance
 from relate.schema import CORPUS_SCHEMA, PREDICTIONS_SCHEMA, to_table
+from relate.text.vocabulary import build_vocabulary
 
 
 def _box(x, cat):
@@ -67,9 +68,23 @@ def test_open_vocab_cell_with_minilm_space(tmp_path):
     assert 0 < ov["threshold"] < 1
     assert ov["metrics"]["R@20"] == pytest.approx(0.5)       # 'on' ~ 'on top of'; 'holding' !~ 'next to'
     assert ov["metrics"]["MRR"] == pytest.approx((1 / 2 + 0) / 2)
+    # A3 defaults to the packaged vocabulary: V of chance, MRR and median rank is its size
+    V = len(build_vocabulary())
+    assert V > 19_000 and cell["vocabulary_size"] == V and ov["vocabulary"]["name"] == "packaged"
+    assert ov["vocabulary"]["answered_outside"] == 0 and ov["vocabulary"]["answered_strings"] == 3
+    assert ov["metrics"]["median_rank"] == pytest.approx((2 + V) / 2)  # 'on top of' 2nd; 'next to' unranked
     axes = axis_scores([cell], None, 50)
-    # chance 1/V over the strings in play (2 annotated + 2 new answers) when V is not configured
-    assert axes["A3"]["norm"] == pytest.approx((ov["metrics"]["mR@50"] - 1 / 4) / (1 - 1 / 4))
+    assert axes["A3"]["norm"] == pytest.approx((ov["metrics"]["mR@50"] - 1 / V) / (1 - 1 / V))
+    # a vocabulary file: its size is V, and answers outside it are counted, not dropped
+    (tmp_path / "vocab.txt").write_text("on\non top of\nnext to\nbeside\n")
+    spec_f = BenchmarkSpec(name="psg", axis="A3", reader="psg", path=str(tmp_path / "psg"),
+                           vocabulary=str(tmp_path / "vocab.txt"))
+    ov_f = score_cell(spec_f, bench, preds, cfg)["open_vocab"]
+    assert ov_f["metrics"]["vocabulary_size"] == 4 and ov_f["metrics"]["median_rank"] == pytest.approx(3.0)
+    assert ov_f["vocabulary"]["answered_outside"] == 1 and ov_f["vocabulary"]["examples_outside"] == ["holding"]
+    assert ov_f["metrics"]["R@20"] == ov["metrics"]["R@20"]  # matching is by string, whatever V is
+    with pytest.raises(ValueError, match="'vocabulary' is for axis A3"):
+        BenchmarkSpec(name="psg", axis="A1", reader="psg", path="x", vocabulary="packaged")
 
 
 def test_hico_det_cells_feed_a2(tmp_path):
