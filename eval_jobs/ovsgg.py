@@ -242,6 +242,29 @@ def _synonym_groups(spec: SynonymSpec) -> dict[str, list[str]]:
     return json.loads(Path(spec.groups).read_text())
 
 
+def _scene_graphs_cell(spec: BenchmarkSpec, bench: BenchmarkData, gt, predictions: str | pa.Table,
+                       cfg: OVSGGConfig, out: dict) -> dict | None:
+    """A1/A4 from a file carrying its own objects (SCENE_GRAPHS_SCHEMA, e.g. an SGB / OpenPSG output
+    from eval_jobs.convert): predcls / sgcls / sgdet linked to the GT by IoU; None for other files."""
+    from relate.metrics.scene_graphs import evaluate_scene_graphs, load_scene_graphs
+
+    cols = pq.read_schema(predictions).names if isinstance(predictions, str) else predictions.column_names
+    if "objects" not in cols:
+        return None
+    sg = load_scene_graphs(predictions, gt)
+    kw: dict[str, Any] = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, iou_threshold=spec.iou_threshold)
+    if cfg.protocol == "sgb":
+        kw.update(protocol="sgb", predicates=list(bench.predicates))
+    else:
+        kw.update(matcher=cfg.matcher, require_category=spec.require_category, per_image=True)
+    _put_recall(out, evaluate_scene_graphs(gt, sg, **kw))
+    if spec.axis == "A4":  # the ceiling of the boxes that were scored: the file's own objects
+        out["pair_recall"] = pair_recall_ceiling(gt, sg.objects, iou_threshold=spec.iou_threshold,
+                                                 require_category=spec.require_category,
+                                                 one_to_one=cfg.matcher == "one_to_one" and cfg.protocol == "paper")
+    return out
+
+
 def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.Table, cfg: OVSGGConfig,
                train: str | pa.Table | None = None) -> dict:
     """All metrics of one system on one benchmark, for its axis. With bootstrap on, the cell also
@@ -256,6 +279,8 @@ def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.
     if cfg.protocol == "sgb":  # mR divides by the benchmark's whole predicate list
         rk = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, protocol="sgb",
                   predicates=list(bench.predicates))
+    if spec.axis in ("A1", "A4") and _scene_graphs_cell(spec, bench, gt, predictions, cfg, out) is not None:
+        return out
     if spec.axis == "A4":
         det = load_detections(pq.read_table(spec.detections), gt, name=spec.detections)
         nb = dict(zip(gt.image_ids.tolist(), det.n_boxes.tolist()))

@@ -275,3 +275,23 @@ def test_graph_constrained_ties_keep_file_order():
     objs = [_obj(*MAN, "man"), _obj(*HORSE, "horse"), _obj(*HAT, "hat")]
     m = _score(gt, [_row("A", objs, [(2, 0), (0, 1)], [[.5, 0], [.5, 0]])])
     assert (m["R@1"], m["R@2"]) == (0.0, 1.0)
+
+
+def test_ovsgg_scores_a_scene_graphs_file_without_a_detector_table(tmp_path):
+    from eval_jobs.ovsgg import BenchmarkSpec, OVSGGConfig, load_benchmark, score_cell
+
+    # GT A: man on horse, man near horse; B: man on horse, no scored pair (skipped by sgb).
+    # The file's sgcls output for A: (2,0) ranks above (0,1) (see the sgcls test); K = 1 and 2.
+    images = [_img("A", GT_BOXES, [_rel(0, 1, "on"), _rel(0, 1, "near")]), _img("B", GT_BOXES, [_rel(0, 1, "on")])]
+    pq.write_table(to_table(images, CORPUS_SCHEMA), tmp_path / "c.parquet")
+    pq.write_table(_table(_sgcls_rows() + [_row("B", [_obj(*MAN, "man")])]), tmp_path / "sg.parquet")
+    spec = BenchmarkSpec(name="b", axis="A1", reader="parquet", path=str(tmp_path / "c.parquet"))
+    bench = load_benchmark(spec)
+    cfg = OVSGGConfig(benchmarks=[spec], protocol="sgb", ks=[1, 2], headline_k=2)
+    rec = score_cell(spec, bench, str(tmp_path / "sg.parquet"), cfg)["recall"]
+    # sgb: A only, R@1 = 0, R@2 = 1/2; mR@2 over (near, on): near 0, on 1 -> 1/2
+    assert rec["protocol"] == "sgb" and rec["box_source"] == "objects"
+    assert (rec["metrics"]["R@1"], rec["metrics"]["R@2"], rec["metrics"]["mR@2"]) == (0.0, 0.5, 0.5)
+    # paper: both images count (B scores 0): R@2 = (1/2 + 0) / 2; per-image rows ride along
+    cell = score_cell(spec, bench, str(tmp_path / "sg.parquet"), OVSGGConfig(benchmarks=[spec], ks=[2], headline_k=2))
+    assert cell["recall"]["metrics"]["R@2"] == pytest.approx(0.25) and len(cell["_per_image"]) == 2
