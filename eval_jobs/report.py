@@ -20,6 +20,13 @@ def format_pct(x: Any, digits: int = 1) -> str:
     return f"{100 * float(x):.{digits}f}"
 
 
+def _iv(x: Any, iv: dict | None) -> str:
+    """A value with its bootstrap interval, ``45.2 [40.1, 50.3]`` (the value alone without one)."""
+    if not iv or iv.get("low") is None or math.isnan(iv["low"]):
+        return format_pct(x)
+    return f"{format_pct(x)} [{format_pct(iv['low'])}, {format_pct(iv['high'])}]"
+
+
 def _pair(a: Any, b: Any) -> str:
     return f"{format_pct(a)} ({format_pct(b)})"
 
@@ -65,8 +72,9 @@ def table_rows(result: dict, benchmarks: list[tuple[str, str]], k: int) -> list[
         rows.append([_AXIS_TITLE["A5"], "share of the annotation's bits (Eq. 4)",
                      *[format_pct(result["systems"][n]["axes"].get("A5", {}).get("raw")) for n in names], ""])
     comps = [result["systems"][n]["composite"] or {} for n in names]
+    boot = (result.get("bootstrap") or {}).get("systems", {})
     rows.append(["OVS composite", "harmonic mean of the chance-corrected axes",
-                 *[format_pct(c.get("ovs")) for c in comps],
+                 *[_iv(c.get("ovs"), boot.get(n, {}).get("ovs")) for n, c in zip(names, comps)],
                  "; ".join(f"{n}: {', '.join(c.get('axis_set', []))}" for n, c in zip(names, comps))])
     rows.append(["", "arithmetic mean", *[format_pct(c.get("arithmetic")) for c in comps], ""])
     rows.append(["", "weakest axis", *[f"{c.get('weakest_axis', '—')} ({format_pct(c.get('weakest_value'))})"
@@ -87,12 +95,17 @@ def write_table(result: dict, cfg: Any, path: str | Path) -> str:
     k = result["protocol"]["headline_k"]
     benches = [(b.name, b.axis) for b in cfg.benchmarks]
     p = result["protocol"]
+    bt = result.get("bootstrap") or {}
+    boot = bt.get("systems", {})
+    ci = (f" Brackets: {100 * bt['confidence']:g}% percentile intervals from {bt['resamples']} resamples of each "
+          "benchmark's images (A5 held fixed)." if bt else "")
     parts = [f"# OV-SGG-Bench\n\nProtocol: {p.get('name', 'paper')}, {p['mode'].replace('_', '-')} recall, "
-             f"{p['matcher'].replace('_', '-')} matcher, K = {k}; percentages. One evaluator scored every system.\n",
+             f"{p['matcher'].replace('_', '-')} matcher, K = {k}; percentages. One evaluator scored every system.{ci}\n",
              _md(["axis", "measure", *names, "note"], table_rows(result, benches, k)), "",
              "## Chance-corrected axes\n",
-             _md(["axis", *names], [[a, *[format_pct(result["systems"][n]["axes"].get(a, {}).get("norm"))
-                                          for n in names]] for a in ("A1", "A2", "A3", "A4", "A5", "A6")]),
+             _md(["axis", *names], [[a, *[_iv(result["systems"][n]["axes"].get(a, {}).get("norm"),
+                                              boot.get(n, {}).get("axes", {}).get(a)) for n in names]]
+                                    for a in ("A1", "A2", "A3", "A4", "A5", "A6")]),
              "\nA3 is reported, not summed. OVS is comparable only between systems scored on the same axis set.\n"]
     loo = result.get("leave_one_axis_out") or []
     if loo:
@@ -100,9 +113,19 @@ def write_table(result: dict, cfg: Any, path: str | Path) -> str:
         for r in loo:
             vals = [r.get(n) for n in names]
             ratio = (f"{vals[0] / vals[1]:.2f}x" if len(vals) == 2 and vals[1] and not math.isnan(vals[1]) else "")
-            rows.append([r["withheld"], *[format_pct(v) for v in vals]] + ([ratio] if len(names) == 2 else []))
+            ivs = [boot.get(n, {}).get("ovs") if r["withheld"] == "none"
+                   else boot.get(n, {}).get("leave_one_axis_out", {}).get(r["withheld"]) for n in names]
+            rows.append([r["withheld"], *[_iv(v, i) for v, i in zip(vals, ivs)]] + ([ratio] if len(names) == 2 else []))
         parts += ["## Leave-one-axis-out\n",
                   _md(["axis withheld", *names] + (["ratio"] if len(names) == 2 else []), rows), ""]
+    diffs = [d for d in bt.get("differences", []) if not d["quantity"].startswith("cell:")]
+    if diffs:
+        parts += ["## Paired differences\n",
+                  "A − B on the same image draws; significant: the interval excludes 0.\n",
+                  _md(["A", "B", "quantity", "A − B", "interval", "p", "significant"],
+                      [[d["a"], d["b"], d["quantity"], format_pct(d["estimate"]),
+                        f"[{format_pct(d['low'])}, {format_pct(d['high'])}]", f"{d['p_value']:.3f}",
+                        "yes" if d["significant"] else "no"] for d in diffs]), ""]
     text = "\n".join(parts)
     Path(path).write_text(text)
     return text

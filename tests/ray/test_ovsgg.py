@@ -138,6 +138,9 @@ def test_ovsgg_end_to_end_on_ray(ray_session, suite, capsys):
     assert "| axis | measure | ours | freq | note |" in table and "OVS composite" in table
     assert "graph-constrained" in table and "Leave-one-axis-out" in table and "pair-recall ceiling" in table
     assert [r["withheld"] for r in res["leave_one_axis_out"]] == ["none", "A1", "A2", "A4", "A6"]
+    ovs_row = next(ln for ln in table.splitlines() if ln.startswith("| OVS composite"))
+    lo, hi = (saved["bootstrap"]["systems"]["ours"]["ovs"][x] for x in ("low", "high"))
+    assert f"[{100 * lo:.1f}, {100 * hi:.1f}]" in ovs_row and "## Paired differences" in table
     # per-image rows of every A1/A4 recall cell, adding up to the reported R@50
     assert saved["per_image"] == "per_image.parquet"
     df = pq.read_table(out / saved["per_image"]).to_pandas()
