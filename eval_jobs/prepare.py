@@ -161,8 +161,18 @@ def _merge_exclusions(cfg: PrepareConfig, out: Path) -> Path | None:
     return path
 
 
+def _vg_image_dir(cfg: PrepareConfig) -> PrepareConfig:
+    """Scene-Graph-Benchmark keeps the VG pixels in VG_100K/; use it when images/ is absent."""
+    root = Path(cfg.root)
+    if (cfg.benchmark in ("vg150", "indoorvg") and "image_dir" not in cfg.reader_options
+            and not (root / "images").is_dir() and (root / "VG_100K").is_dir()):
+        return cfg.model_copy(update={"reader_options": {**cfg.reader_options, "image_dir": "VG_100K"}})
+    return cfg
+
+
 def main(cfg: PrepareConfig) -> PrepareResult:
     """Describe, validate, hash, read, exclude and write one benchmark split (see the module docstring)."""
+    cfg = _vg_image_dir(cfg)
     root, out = Path(cfg.root), Path(cfg.out_dir) / cfg.benchmark / cfg.split
     print(describe_layout(cfg.benchmark, root), end="\n\n")
     problems = check_layout(cfg.benchmark, root, cfg.reader_options, cfg.split)

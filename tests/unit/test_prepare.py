@@ -154,6 +154,15 @@ def test_leakage_exclusion_list_is_applied_and_travels_with_the_entry(tmp_path):
     assert load_benchmark(spec).corpus.column("image_id").to_pylist() == ["000007"]
 
 
+def test_vg_pixels_in_sgb_folder_name_are_found(tmp_path):
+    root = _export(tmp_path, "vg150")
+    (root / "images").rename(root / "VG_100K")  # Scene-Graph-Benchmark's folder name
+    res = main(_cfg(tmp_path, "vg150"))
+    assert res.manifest["reader_options"] == {"image_dir": "VG_100K"} and res.manifest["missing_images"] == 0
+    assert yaml.safe_load((res.out_dir / "benchmark.yaml").read_text())["benchmarks"][0]["reader_options"] == \
+        {"image_dir": "VG_100K"}
+
+
 def test_missing_images_are_all_named(tmp_path):
     root = _export(tmp_path, "vg150")
     for i in ("000007", "000009"):
