@@ -9,7 +9,13 @@ runs of ``eval_jobs.ovsgg``) and writes into ``--out``:
   percentile intervals over images; then the pairwise differences between the entries on the same
   benchmark and setting, paired on their shared image_ids, with interval, p and significance
   (the interval excludes 0);
-* ``leaderboard.csv`` (the entries) and ``leaderboard_pairs.csv`` (the differences).
+* ``leaderboard.csv`` (the entries) and ``leaderboard_pairs.csv`` (the differences);
+* where runs carry the bootstrap of eval_jobs.ovsgg (``bootstrap`` in results.json and its
+  ``bootstrap_draws.parquet``): the OVS and each chance-corrected axis per (system, run) with
+  their intervals, and their paired differences between every two entries whose draws are the same
+  draws (same images per benchmark, seed and resamples; otherwise the pair is listed as not
+  comparable draw for draw, with the reason), in ``leaderboard_composite.csv`` and
+  ``leaderboard_composite_pairs.csv``.
 
 Intervals say how much R@K would move on another draw of images of the same kind: two systems
 whose intervals overlap may still differ reliably, which is what the paired section tests.
@@ -25,12 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pyarrow.parquet as pq
 from pydantic import Field
 
 from eval_jobs.report import format_pct
 from relate.config import StrictConfig, dump_config
 from relate.metrics.bootstrap import CellRows, align_cells, bootstrap_cell, cell_rows, paired_bootstrap
+from relate.metrics.resample import percentile_interval
 
 __all__ = ["LeaderboardConfig", "LeaderboardResult", "main"]
 
@@ -52,6 +60,81 @@ class LeaderboardResult:
     pairs: list[dict]
     markdown: str
     out_dir: str
+    composite: list[dict] | None = None
+    composite_pairs: list[dict] | None = None
+
+
+_QUANTITIES = ("ovs", "axis:A1", "axis:A2", "axis:A3", "axis:A4", "axis:A5", "axis:A6")
+
+
+@dataclass
+class _Composite:
+    """One (system, run) of a bootstrapped run: point values, intervals and the raw draws."""
+
+    system: str
+    run: str
+    points: dict[str, float | None]
+    intervals: dict[str, tuple[float, float]]
+    draws: dict[str, np.ndarray]
+    key: tuple  # what must agree for two entries' draws to be the same draws
+
+    @property
+    def name(self) -> str:
+        return f"{self.system} ({self.run})"
+
+
+def _load_composites(run: Path, label: str) -> list[_Composite]:
+    result = json.loads((run / "results.json").read_text())
+    boot = result.get("bootstrap")
+    if not boot:
+        return []
+    path = run / boot["draws"]
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: named by {run / 'results.json'} but missing")
+    draws: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+    for r in pq.read_table(path).to_pylist():
+        draws[r["system"]][r["quantity"]] = np.asarray(r["draws"], dtype=np.float64)
+    out = []
+    for system, res in result["systems"].items():
+        iv = boot["systems"].get(system, {})
+        points: dict[str, float | None] = {"ovs": (res.get("composite") or {}).get("ovs")}
+        ivs = {"ovs": iv.get("ovs")}
+        for a, v in res["axes"].items():
+            points[f"axis:{a}"] = v.get("norm")
+            ivs[f"axis:{a}"] = iv.get("axes", {}).get(a)
+        intervals = {q: (i["low"], i["high"]) for q, i in ivs.items() if i}
+        key = (tuple(sorted(boot["images"].items())), boot["seed"], boot["resamples"])
+        out.append(_Composite(system, label, points, intervals, draws.get(system, {}), key))
+    return out
+
+
+def _composite_entry(c: _Composite) -> dict:
+    row: dict = {"system": c.system, "run": c.run}
+    for q in _QUANTITIES:
+        lo, hi = c.intervals.get(q, (float("nan"), float("nan")))
+        row |= {q: c.points.get(q), f"{q}_low": lo, f"{q}_high": hi}
+    return row
+
+
+def _composite_pair(a: _Composite, b: _Composite, confidence: float) -> list[dict]:
+    """Paired differences a - b on every quantity both have, or one row saying why there are none."""
+    base = {"a": a.name, "b": b.name}
+    if a.key != b.key:
+        why = ("different images" if a.key[0] != b.key[0] else "different seed or resamples")
+        return [{**base, "quantity": "*", "comparable": False, "reason": f"not the same draws: {why}", "d": None,
+                 "d_low": None, "d_high": None, "p": None, "significant": None}]
+    out = []
+    for q in _QUANTITIES:
+        if q == "axis:A5" or q not in a.draws or q not in b.draws or a.points.get(q) is None or b.points.get(q) is None:
+            continue
+        d = a.draws[q] - b.draws[q]
+        est = float(a.points[q]) - float(b.points[q])
+        lo, hi = percentile_interval(d, confidence)
+        fin = d[np.isfinite(d)]
+        p = 1.0 if est == 0 or fin.size == 0 else min(1.0, 2.0 * float(np.mean(fin <= 0) if est > 0 else np.mean(fin >= 0)))
+        out.append({**base, "quantity": q, "comparable": True, "reason": "", "d": est, "d_low": lo, "d_high": hi,
+                    "p": p, "significant": bool(np.isfinite(lo) and (lo > 0 or hi < 0))})
+    return out
 
 
 @dataclass
@@ -165,6 +248,30 @@ def _write_csv(rows: list[dict], path: Path) -> None:
             w.writerows(rows)
 
 
+def _composite_markdown(entries: list[dict], pairs: list[dict], cfg: LeaderboardConfig) -> str:
+    pc = f"{100 * cfg.confidence:g}%"
+    cols = [q for q in _QUANTITIES if any(e.get(q) is not None for e in entries)]
+    lines = ["## Composite and chance-corrected axes", "",
+             f"From each run's own bootstrap (eval_jobs.ovsgg): {pc} intervals; A5 is held fixed.", "",
+             "| system | run | " + " | ".join(q.replace("axis:", "") .upper() if q == "ovs" else q.replace("axis:", "")
+                                           for q in cols) + " |",
+             "|---|---|" + "---|" * len(cols)]
+    for e in entries:
+        vals = [f"{format_pct(e[q])} {_ci(e[f'{q}_low'], e[f'{q}_high'])}" if e.get(q) is not None else "—" for q in cols]
+        lines.append(f"| {e['system']} | {e['run']} | " + " | ".join(vals) + " |")
+    lines += ["", "### Paired differences (same draws)", ""]
+    if not pairs:
+        return "\n".join(lines + ["No two entries to compare.", ""])
+    lines += [f"| A | B | quantity | A − B | {pc} CI | p | significant |", "|---|---|---|---:|---|---:|---|"]
+    for p in pairs:
+        if not p["comparable"]:
+            lines.append(f"| {p['a']} | {p['b']} | — | — | {p['reason']} | — | — |")
+        else:
+            lines.append(f"| {p['a']} | {p['b']} | {p['quantity']} | {format_pct(p['d'])} | "
+                         f"{_ci(p['d_low'], p['d_high'])} | {p['p']:.3f} | {'yes' if p['significant'] else 'no'} |")
+    return "\n".join(lines + [""])
+
+
 def main(cfg: LeaderboardConfig) -> LeaderboardResult:
     """Bootstrap every cell of every run and every same-benchmark pair; write the tables."""
     cells = [c for run, label in zip(cfg.runs, _labels(cfg.runs)) for c in _load_run(Path(run), label, cfg.k)]
@@ -179,10 +286,18 @@ def main(cfg: LeaderboardConfig) -> LeaderboardResult:
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "config.yaml")
     md = _markdown(entries, pairs, cfg)
+    comps = [c for run, label in zip(cfg.runs, _labels(cfg.runs)) for c in _load_composites(Path(run), label)]
+    c_entries = c_pairs = None
+    if comps:
+        c_entries = [_composite_entry(c) for c in comps]
+        c_pairs = [row for i, a in enumerate(comps) for b in comps[i + 1:] for row in _composite_pair(a, b, cfg.confidence)]
+        md += "\n" + _composite_markdown(c_entries, c_pairs, cfg)
+        _write_csv(c_entries, out / "leaderboard_composite.csv")
+        _write_csv(c_pairs, out / "leaderboard_composite_pairs.csv")
     (out / "leaderboard.md").write_text(md)
     _write_csv(entries, out / "leaderboard.csv")
     _write_csv(pairs, out / "leaderboard_pairs.csv")
-    return LeaderboardResult(entries, pairs, md, str(out))
+    return LeaderboardResult(entries, pairs, md, str(out), c_entries, c_pairs)
 
 
 def _parse(argv: Sequence[str] | None = None) -> LeaderboardConfig:

@@ -195,6 +195,24 @@ def test_intervals_are_paired_across_systems(suite):
     draws = pq.read_table(Path(cfg.out_dir) / boot["draws"]).to_pylist()
     assert {(r["system"], r["quantity"]) for r in draws} >= {(s, "ovs") for s in ("freq", "again", "freq_a5")}
     assert all(len(r["draws"]) == 200 for r in draws)
+    # the leaderboard pairs runs draw for draw only where the draws are the same draws
+    from eval_jobs.leaderboard import LeaderboardConfig, main as leaderboard
+
+    again = cfg.model_copy(deep=True)
+    again.out_dir, again.systems = str(root / "rerun"), [SystemSpec(name="freq", predictions=base)]
+    main(again)
+    other = again.model_copy(deep=True)
+    other.out_dir, other.bootstrap.seed = str(root / "reseeded"), 7
+    main(other)
+    lb = leaderboard(LeaderboardConfig(runs=[cfg.out_dir, again.out_dir, other.out_dir], out_dir=str(root / "lb"),
+                                       resamples=50))
+    ovs = {(p["a"], p["b"]): p for p in lb.composite_pairs if p["quantity"] in ("ovs", "*")}
+    same = ovs[("freq (twice)", "freq (rerun)")]
+    assert same["comparable"] and same["d"] == 0 and same["d_low"] == 0 == same["d_high"]
+    assert not ovs[("freq (rerun)", "freq (reseeded)")]["comparable"]
+    assert "different seed or resamples" in ovs[("freq (rerun)", "freq (reseeded)")]["reason"]
+    assert "## Composite and chance-corrected axes" in lb.markdown
+    assert (root / "lb" / "leaderboard_composite_pairs.csv").is_file()
 
 
 def test_ovsgg_bad_prediction_file_names_file_and_row(ray_session, suite, tmp_path):
