@@ -351,6 +351,18 @@ def _hico(root, images):
     return root
 
 
+def _anno_bbox_mat(path, sizes):
+    """A 1 x N MATLAB struct array like HICO-DET's bbox_test: filename and size.{width, height, depth}."""
+    from scipy.io import savemat
+
+    a = np.zeros((1, len(sizes)), dtype=[("filename", "O"), ("size", "O")])
+    for i, (f, w, h) in enumerate(sizes):
+        s = np.zeros((1, 1), dtype=[("width", "O"), ("height", "O"), ("depth", "O")])
+        s[0, 0] = (w, h, 3)
+        a[0, i] = (f, s)
+    savemat(path, {"bbox_test": a})
+
+
 def test_hico_det_no_interaction_image_is_not_a_relation_image_and_sizes_are_never_guessed(tmp_path):
     from PIL import Image
 
@@ -372,6 +384,9 @@ def test_hico_det_no_interaction_image_is_not_a_relation_image_and_sizes_are_nev
     assert sorted((c["object"], c["predicate"], c["label"]) for c in b.cells.to_pylist()[0]["cells"]) == \
         [(1, "hold", True), (2, "hold", False), (2, "ride", False)]
     (root / "image_sizes.json").unlink()
+    _anno_bbox_mat(root / "anno_bbox.mat", [("B.jpg", 500, 375)])  # the release's own sizes
+    assert read_benchmark("hico_det", str(root)).corpus.to_pylist()[0]["width"] == 500
+    (root / "anno_bbox.mat").unlink()
     (root / "images" / "test2015").mkdir(parents=True)
     Image.new("RGB", (300, 200)).save(root / "images" / "test2015" / "B.jpg")
     assert read_benchmark("hico_det", str(root)).corpus.to_pylist()[0]["width"] == 300  # from the header

@@ -7,10 +7,11 @@ and ``hoi_annotation`` (``subject_id`` / ``object_id`` index the image's annotat
 ``<id> <name>``) and object names from a COCO-style ``categories`` json.
 
 The layout stores no image size. It is read from ``image_sizes.json`` (``{file_name: [width,
-height]}``, e.g. taken from the ``size`` field of HICO-DET's ``anno_bbox.mat``) when present, else
-from the image header under ``images/<split dir>/`` (PIL reads only the header). A size is never
-guessed from the extent of the boxes: an image whose size cannot be found is an error that names
-every such file.
+height]}``) when present, else from the ``size`` field of the original release's
+``anno_bbox.mat`` (``bbox_train`` / ``bbox_test``) when that file is in the folder, else from the
+image header under ``images/<split dir>/`` (PIL reads only the header). A size is never guessed
+from the extent of the boxes: an image whose size cannot be found is an error that names every
+such file.
 
 ``no_interaction`` pairs are not relations, and an image whose pairs are all ``no_interaction``
 is not a relation image: it is left out of the corpus and of the cells (counted in ``notes``).
@@ -28,7 +29,7 @@ import numpy as np
 
 from relate.data.readers.base import READERS, BenchmarkData, _clip_box, build_tables, make_box, require_images
 
-__all__ = ["read_hico_det", "read_name_list", "image_sizes", "NO_INTERACTION"]
+__all__ = ["read_hico_det", "read_name_list", "image_sizes", "sizes_from_anno_bbox", "NO_INTERACTION"]
 
 _FILES = {"train": ("trainval_hico.json", "train2015"), "test": ("test_hico.json", "test2015")}
 NO_INTERACTION = "no_interaction"
@@ -46,12 +47,29 @@ def read_name_list(path: Path) -> dict[int, str]:
     return out
 
 
-def image_sizes(file_names: list[str], img_dir: Path, sizes_file: Path | None) -> dict[str, tuple[int, int]]:
-    """True (width, height) per file name from ``sizes_file`` or the image header; every file whose
-    size cannot be found is named in one FileNotFoundError."""
+def sizes_from_anno_bbox(mat_path: Path) -> dict[str, tuple[int, int]]:
+    """(width, height) per file name from the ``size`` structs of HICO-DET's ``anno_bbox.mat``."""
+    from scipy.io import loadmat
+
+    mat = loadmat(mat_path, squeeze_me=True, struct_as_record=False)
+    out = {}
+    for key in ("bbox_train", "bbox_test"):
+        for entry in np.atleast_1d(mat.get(key, [])):
+            out[str(entry.filename)] = (int(entry.size.width), int(entry.size.height))
+    if not out:
+        raise ValueError(f"{mat_path}: no bbox_train / bbox_test entries with a size")
+    return out
+
+
+def image_sizes(file_names: list[str], img_dir: Path, sizes_file: Path | None,
+                anno_bbox: Path | None = None) -> dict[str, tuple[int, int]]:
+    """True (width, height) per file name from ``sizes_file``, ``anno_bbox`` or the image header;
+    every file whose size cannot be found is named in one FileNotFoundError."""
     known: dict[str, tuple[int, int]] = {}
     if sizes_file is not None and sizes_file.is_file():
         known = {k: (int(v[0]), int(v[1])) for k, v in json.loads(sizes_file.read_text()).items()}
+    elif anno_bbox is not None and anno_bbox.is_file():
+        known = sizes_from_anno_bbox(anno_bbox)
     out, missing = {}, []
     for fn in file_names:
         if fn in known:
@@ -65,8 +83,8 @@ def image_sizes(file_names: list[str], img_dir: Path, sizes_file: Path | None) -
             missing.append(fn)
     if missing:
         raise FileNotFoundError(
-            f"HICO-DET: no size for {len(missing)} image(s) (neither under {img_dir} nor in "
-            f"{sizes_file}); the json layout stores none and box extents are not a size: {missing}")
+            f"HICO-DET: no size for {len(missing)} image(s) (not under {img_dir}, nor in {sizes_file} or "
+            f"{anno_bbox}); the json layout stores none and box extents are not a size: {missing}")
     return out
 
 
@@ -107,7 +125,8 @@ def read_hico_det(path: str | Path, *, split: str = "test", verb_list: str = "hi
             continue
         kept.append((d, rels, cs))
     require_images(kept, name="hico_det", where=ann, split=split)
-    size = image_sizes([d["file_name"] for d, _, _ in kept], root / "images" / img_dir, root / sizes)
+    size = image_sizes([d["file_name"] for d, _, _ in kept], root / "images" / img_dir, root / sizes,
+                       root / "anno_bbox.mat")
     rows = []
     for d, rels, cs in kept:
         w, h = size[d["file_name"]]

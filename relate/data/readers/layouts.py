@@ -275,14 +275,15 @@ LAYOUTS: dict[str, Layout] = {
         "HICO-DET (hico_20160224_det): the images and hico_list_vb.txt from the original release; the json "
         "annotations trainval_hico.json / test_hico.json as converted and distributed by PPDM, CDN and "
         "GEN-VLKT. coco_categories.json is a list of {id, name} for the COCO object ids those files use. "
-        "The json stores no image size: keep the images, or give image_sizes.json {file_name: [w, h]} "
-        "(e.g. from the 'size' field of the release's anno_bbox.mat).",
+        "The json stores no image size: it comes from image_sizes.json {file_name: [w, h]}, else from the "
+        "release's anno_bbox.mat (its 'size' field), else from the image files.",
         "{root}/\n  annotations/trainval_hico.json, annotations/test_hico.json\n  hico_list_vb.txt"
         "             '<id> <verb>' lines, no_interaction among them\n  coco_categories.json\n"
-        "  images/train2015/, images/test2015/\n  image_sizes.json             optional",
+        "  images/train2015/, images/test2015/\n  anno_bbox.mat                optional: the release's true image sizes\n"
+        "  image_sizes.json             optional: {{file_name: [w, h]}}",
         lambda o: ["annotations/trainval_hico.json", "annotations/test_hico.json",
                    o.get("verb_list", "hico_list_vb.txt"), o.get("object_categories", "coco_categories.json"),
-                   o.get("sizes", "image_sizes.json")],
+                   o.get("sizes", "image_sizes.json"), "anno_bbox.mat"],
         lambda root, o, pr: _check_hico(root, o, pr, o.get("split", "test"))),
     "spatialsense": Layout(
         "spatialsense", "A6",
