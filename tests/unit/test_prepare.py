@@ -204,3 +204,9 @@ def test_command_line(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "eval_jobs.prepare", "psg", "--root", str(tmp_path / "nowhere")],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert bad.returncode == 1 and "nowhere: not a folder" in bad.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_describe_says_where_the_data_comes_from(name):
+    _, text = parse_args([name, "--root", "/data/x", "--describe"])
+    assert text.startswith(f"{name}: ") and "expected layout:\n/data/x/\n" in text and "http" not in text.split("\n")[0][:5]
