@@ -33,7 +33,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, NoReturn, Sequence
 
 import pyarrow.parquet as pq
 import yaml
@@ -118,7 +118,7 @@ def _verify(name: str, found: dict[str, dict], expect: str | None) -> tuple[list
     return problems, status
 
 
-def _fail(out: Path, problems: list[str], stage: str) -> None:
+def _fail(out: Path, problems: list[str], stage: str) -> NoReturn:
     out.mkdir(parents=True, exist_ok=True)
     (out / "validation.json").write_text(json.dumps({"stage": stage, "problems": problems}, indent=2))
     shown = problems[:40] + ([f"... and {len(problems) - 40} more"] if len(problems) > 40 else [])

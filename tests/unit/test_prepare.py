@@ -209,4 +209,4 @@ def test_command_line(tmp_path):
 @pytest.mark.parametrize("name", NAMES)
 def test_describe_says_where_the_data_comes_from(name):
     _, text = parse_args([name, "--root", "/data/x", "--describe"])
-    assert text.startswith(f"{name}: ") and "expected layout:\n/data/x/\n" in text and "http" not in text.split("\n")[0][:5]
+    assert text.startswith(f"{name}: ") and "expected layout:\n/data/x/\n" in text
