@@ -1,0 +1,194 @@
+"""eval_jobs.convert on small files in each system's own saved layout, scored by hand.
+
+SGB: ``torch.save`` of ``{"groundtruths", "predictions"}`` whose predictions are BoxList objects
+pickled under maskrcnn_benchmark's module path (a stand-in class registered there only while
+saving, so loading sees exactly what SGB's files hold). OpenPSG: a submission folder with
+relation.json and a panoptic PNG. VLM: JSON lines with free-text predicates and the real MiniLM.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from eval_jobs.convert import ConvertConfig, main, parse_args
+from relate.schema import CORPUS_SCHEMA, SchemaError, scene_graph_predicates, to_table
+
+
+def _box(x1, y1, x2, y2, cat):
+    return {"x1": x1, "y1": y1, "x2": x2, "y2": y2, "category": cat, "is_person": False, "is_body_part": False}
+
+
+def _rel(s, o, p):
+    return {"subject": s, "object": o, "predicate": p, "pass": "human", "gate": "kept", "score": None}
+
+
+def _corpus(path, images):
+    rows = [{"image_id": i, "uri": f"mem://{i}", "width": 100, "height": 100, "source": "t", "split": "test",
+             "boxes": b, "relations": r} for i, b, r in images]
+    pq.write_table(to_table(rows, CORPUS_SCHEMA), path)
+    return str(path)
+
+
+MAN_HORSE = [_box(0, 0, 9, 9, "man"), _box(20, 20, 29, 29, "horse")]
+
+
+# ------------------------------------------------------------------ sgb
+
+def _boxlist_module(monkeypatch):
+    """maskrcnn_benchmark.structures.bounding_box.BoxList, present only while the test saves."""
+    import torch
+
+    mod = types.ModuleType("maskrcnn_benchmark.structures.bounding_box")
+
+    class BoxList:
+        def __init__(self, bbox, size, mode="xyxy"):
+            self.bbox, self.size, self.mode = torch.as_tensor(bbox, dtype=torch.float32), size, mode
+            self.extra_fields, self.triplet_extra_fields = {}, []
+
+        def add_field(self, k, v):
+            self.extra_fields[k] = torch.as_tensor(v)
+
+    BoxList.__module__, BoxList.__qualname__ = mod.__name__, "BoxList"
+    mod.BoxList = BoxList
+    for name in ("maskrcnn_benchmark", "maskrcnn_benchmark.structures", mod.__name__):
+        monkeypatch.setitem(sys.modules, name, mod if name == mod.__name__ else types.ModuleType(name))
+    return BoxList
+
+
+def _sgb_file(tmp_path, monkeypatch):
+    import torch
+
+    BoxList = _boxlist_module(monkeypatch)
+    a = BoxList([[0, 0, 9, 9], [20, 20, 29, 29]], (100, 100))
+    a.add_field("pred_labels", torch.tensor([1, 2]))
+    a.add_field("pred_scores", torch.tensor([.9, .8]))
+    a.add_field("rel_pair_idxs", torch.tensor([[1, 0], [0, 1]]))
+    # columns: background, on, near
+    a.add_field("pred_rel_scores", torch.tensor([[.1, .2, .7], [.3, .6, .1]]))
+    a.add_field("pred_rel_labels", torch.tensor([2, 1]))
+    b = BoxList([[0, 0, 10, 10], [20, 20, 10, 10]], (100, 100), mode="xywh")  # SGB's xywh: x2 = x + w - 1
+    b.add_field("pred_labels", torch.tensor([1, 2]))
+    b.add_field("pred_scores", torch.tensor([1.0, 1.0]))
+    b.add_field("rel_pair_idxs", torch.tensor([[0, 1]]))
+    b.add_field("pred_rel_scores", torch.tensor([[0, .2, .8]]))
+    b.add_field("pred_rel_labels", torch.tensor([2]))
+    path = tmp_path / "eval_results.pytorch"
+    torch.save({"groundtruths": [], "predictions": [a, b]}, path)
+    for name in ("maskrcnn_benchmark", "maskrcnn_benchmark.structures", "maskrcnn_benchmark.structures.bounding_box"):
+        monkeypatch.delitem(sys.modules, name)  # loading must not need SGB's code
+    dicts = tmp_path / "dicts.json"
+    dicts.write_text(json.dumps({"idx_to_label": {"1": "man", "2": "horse"}, "idx_to_predicate": {"1": "on", "2": "near"}}))
+    return str(path), str(dicts)
+
+
+def test_sgb_eval_results_convert_and_score_in_one_command(tmp_path, monkeypatch):
+    # A: (1,0) best "near" .7 x .8 x .9 = .504 ranks above (0,1) "on" .6 x .9 x .8 = .432; GT man on
+    # horse -> R@1 = 0, R@2 = 1. B (xywh boxes = the GT boxes): (0,1) "near" .8, GT near -> R@1 = 1.
+    # sgb R@1 = (0 + 1) / 2, R@2 = 1. Keeping the background column in place of the last one would
+    # make (0,1) say "near" in A (R@2 = 1/2); reading xywh as xyxy would invert B's boxes.
+    src, dicts = _sgb_file(tmp_path, monkeypatch)
+    corpus = _corpus(tmp_path / "c.parquet", [("A", MAN_HORSE, [_rel(0, 1, "on")]),
+                                              ("B", MAN_HORSE, [_rel(0, 1, "near")])])
+    out = str(tmp_path / "sg.parquet")
+    cfg = parse_args(["--from", "sgb", "--input", src, "--dicts", dicts, "--benchmark-reader", "parquet",
+                      "--benchmark-path", corpus, "--out", out, "--score", "true", "--ks", "[1, 2]"])
+    res = main(cfg)
+    assert (res["images"], res["objects"], res["pairs"]) == (2, 4, 3)
+    gc = res["scores"]["graph_constrained"]
+    assert (gc["R@1"], gc["R@2"]) == (0.5, 1.0)
+    t = pq.read_table(out)
+    assert scene_graph_predicates(t.schema) == ["on", "near"]
+    assert np.allclose(t.column("pair_scores").to_pylist()[0], [[.2, .7], [.6, .1]])
+    assert [o["x2"] for o in t.column("objects").to_pylist()[1]] == [9.0, 29.0]
+
+
+def test_sgb_image_order_must_align_and_strangers_are_refused(tmp_path, monkeypatch):
+    import torch
+
+    src, dicts = _sgb_file(tmp_path, monkeypatch)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("A\n")
+    with pytest.raises(SchemaError, match="2 images but the image order has 1"):
+        main(ConvertConfig(source_format="sgb", input=src, dicts=dicts, image_ids=str(ids), out=str(tmp_path / "o.parquet")))
+    ids.write_text('["A", "B"]')
+    assert main(ConvertConfig(source_format="sgb", input=src, dicts=dicts, image_ids=str(ids),
+                              out=str(tmp_path / "o.parquet")))["images"] == 2
+    bad = tmp_path / "bad.pytorch"
+    torch.save({"predictions": [types.SimpleNamespace(x=1)]}, bad)
+    with pytest.raises(Exception, match="refusing to unpickle types.SimpleNamespace"):
+        main(ConvertConfig(source_format="sgb", input=str(bad), dicts=dicts, image_ids=str(ids),
+                           out=str(tmp_path / "o.parquet")))
+    with pytest.raises(ValueError, match="needs --dicts"):
+        ConvertConfig(source_format="sgb", input=src, image_ids=str(ids), out="o.parquet")
+
+
+# ------------------------------------------------------------------ openpsg
+
+def test_openpsg_submission_boxes_from_the_panoptic_png(tmp_path):
+    from PIL import Image
+
+    # segment 1 (R=1) covers x, y in 0..9, segment 2 (R=2) 20..29 -> boxes (0,0,10,10), (20,20,30,30).
+    # category_id is 1-based into thing + stuff classes: 1 person, 2 horse. Relations ranked:
+    # (1,0) beside (predicate 2, 1-based) scores 1, (0,1) on (predicate 1) scores 1 - 1/2 = .5.
+    # GT person on horse: R@1 = 0, R@2 = 1. Read 0-based, category 2 would be "grass": R@2 = 0.
+    sub = tmp_path / "submission"
+    (sub / "panseg").mkdir(parents=True)
+    img = np.zeros((40, 40, 3), np.uint8)
+    img[0:10, 0:10, 0], img[20:30, 20:30, 0] = 1, 2
+    Image.fromarray(img).save(sub / "panseg" / "0.png")
+    (sub / "relation.json").write_text(json.dumps([{
+        "relations": [[1, 0, 2], [0, 1, 1]], "pan_seg_file_name": "0.png",
+        "segments_info": [{"id": 1, "category_id": 1}, {"id": 2, "category_id": 2}]}]))
+    psg = tmp_path / "psg.json"
+    psg.write_text(json.dumps({"thing_classes": ["person", "horse"], "stuff_classes": ["grass"],
+                               "predicate_classes": ["on", "beside"]}))
+    corpus = _corpus(tmp_path / "c.parquet", [("P", [_box(0, 0, 10, 10, "person"), _box(20, 20, 30, 30, "horse")],
+                                               [_rel(0, 1, "on")]), ("Q", MAN_HORSE, [_rel(0, 1, "beside")])])
+    ids = tmp_path / "ids.json"
+    ids.write_text('["P"]')
+    res = main(ConvertConfig(source_format="openpsg", input=str(sub), psg_json=str(psg), image_ids=str(ids),
+                             benchmark_reader="parquet", benchmark_path=corpus, out=str(tmp_path / "sg.parquet"),
+                             score=True, ks=[1, 2]))
+    gc = res["scores"]["graph_constrained"]
+    assert res["triplets"] == 2 and (gc["R@1"], gc["R@2"]) == (0.0, 1.0)
+    objs = pq.read_table(tmp_path / "sg.parquet").column("objects").to_pylist()[0]
+    assert [(o["x1"], o["x2"], o["label"]) for o in objs] == [(0, 10, "person"), (20, 30, "horse")]
+
+
+# ------------------------------------------------------------------ vlm
+
+def test_vlm_strings_map_at_the_calibrated_threshold_and_unmapped_are_counted(tmp_path):
+    # Benchmark predicates (from the GT): holding, next to, on. MiniLM cosines: "is holding" ->
+    # holding 0.88, "beside" -> next to 0.64; "flying over the rainbow quickly" reaches at most 0.24.
+    # The threshold calibrated on the lexicon lies between (0.25 .. 0.6), so the first two map and
+    # the third is dropped and counted twice; "ON " matches "on" exactly.
+    corpus = _corpus(tmp_path / "c.parquet", [
+        ("A", MAN_HORSE, [_rel(0, 1, "holding"), _rel(1, 0, "next to")]), ("B", MAN_HORSE, [_rel(0, 1, "on")])])
+    lines = [{"image_id": "A", "triplets": [
+        {"subject": 0, "object": 1, "predicate": "flying over the rainbow quickly"},
+        {"subject": 1, "object": 0, "predicate": "beside"},
+        {"subject": 0, "object": 1, "predicate": "is holding"}]},
+        {"image_id": "B", "triplets": [{"subject": 1, "object": 0, "predicate": "flying over the rainbow quickly",
+                                        "score": .9}, {"subject": 0, "object": 1, "predicate": "ON ", "score": .8}]}]
+    src = tmp_path / "vlm.jsonl"
+    src.write_text("\n".join(json.dumps(x) for x in lines))
+    out = str(tmp_path / "sg.parquet")
+    res = main(ConvertConfig(source_format="vlm", input=str(src), benchmark_reader="parquet", benchmark_path=corpus,
+                             out=out, score=True, ks=[1, 2]))
+    report = json.loads(open(out + ".report.json").read())
+    assert 0.25 < report["threshold"] < 0.6
+    assert report["unmapped"] == {"flying over the rainbow quickly": 2} and report["n_unmapped_triplets"] == 2
+    assert report["mapping"] == {"ON ": "on", "beside": "next to", "is holding": "holding"}
+    assert res["unmapped"]["triplets"] == 2 and res["triplets"] == 3
+    # A: "beside" (list position 1 of 3) scores 1 - 1/3 and ranks above "is holding" (1 - 2/3): R@1
+    # finds horse next to man only (1/2), R@2 both (1). B: "ON " on (0,1) -> R@1 = 1. sgb: R@1 = .75.
+    gc = res["scores"]["graph_constrained"]
+    assert (gc["R@1"], gc["R@2"]) == (pytest.approx(0.75), 1.0)
+    tri = pq.read_table(out).column("triplets").to_pylist()[0]
+    assert [(t["predicate"], round(t["score"], 4)) for t in tri] == [("next to", round(2 / 3, 4)), ("holding", round(1 / 3, 4))]
