@@ -17,6 +17,9 @@ Formats (``--from``):
                with 1-based ``category_id``, ``pan_seg_file_name``) and ``panseg/*.png``. Boxes are
                the segments' extents; predicates are 1-based into psg.json's ``predicate_classes``.
                It has no scores: rank r of n scores 1 - r / n, objects 1.
+* ``openpsg-pkl``  OpenPSG's pickled test results (``tools/test.py --out results.pkl``): per image a
+               Result with ``refine_bboxes`` (box + score), 1-based ``labels``, ``rel_pair_idxes`` and
+               dense ``rel_dists`` (column 0 = no relation, dropped).
 * ``vlm``      free-text triplets, JSON lines ``{"image_id", "triplets": [{"subject", "object",
                "predicate", "score"?}], "objects"?: [{"box": [x1, y1, x2, y2], "label", "score"}]}``;
                without ``objects`` the indices are the benchmark's GT boxes (predcls). Strings are
@@ -32,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -41,19 +43,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
+from eval_jobs.convert_formats import read_openpsg, read_openpsg_pkl, read_sgb, read_vlm
 from relate.config import StrictConfig
 from relate.schema import OBJECT_TYPE, PAIR_TYPE, TRIPLET_TYPE, SchemaError, scene_graphs_schema, validate_scene_graphs
 
-__all__ = ["ConvertConfig", "FORMATS", "main", "read_sgb", "read_openpsg", "read_vlm", "map_predicates",
-           "scene_graphs_table"]
+__all__ = ["ConvertConfig", "FORMATS", "main", "parse_args", "scene_graphs_table"]
 
-FORMATS = ("sgb", "openpsg", "vlm")
+FORMATS = ("sgb", "openpsg", "openpsg-pkl", "vlm")
 
 
 class ConvertConfig(StrictConfig):
-    source_format: Literal["sgb", "openpsg", "vlm"] = Field(description="format of --input (CLI: --from)")
+    source_format: Literal["sgb", "openpsg", "openpsg-pkl", "vlm"] = Field(description="format of --input "
+                                                                           "(CLI: --from)")
     input: str = Field(description="the native output: eval_results.pytorch (sgb), the submission folder "
-                                   "(openpsg) or a JSON-lines file (vlm)")
+                                   "(openpsg), results.pkl (openpsg-pkl) or a JSON-lines file (vlm)")
     out: str = Field(description="scene-graphs Parquet to write (relate.schema SCENE_GRAPHS_SCHEMA)")
     benchmark_reader: str | None = Field(default=None, description="reader of the evaluated split ('parquet' for a "
                                          "CORPUS_SCHEMA file, or vg150, psg, ...): image order, GT boxes, predicates")
@@ -62,7 +65,7 @@ class ConvertConfig(StrictConfig):
     image_ids: str | None = Field(default=None, description="instead of a benchmark: the image_id of each output "
                                   "position (JSON list or one per line)")
     dicts: str | None = Field(default=None, description="sgb: the dataset's dicts JSON (idx_to_label, idx_to_predicate)")
-    psg_json: str | None = Field(default=None, description="openpsg: psg.json (thing_classes, stuff_classes, "
+    psg_json: str | None = Field(default=None, description="openpsg, openpsg-pkl: psg.json (thing_classes, stuff_classes, "
                                  "predicate_classes)")
     encoder: str = Field(default="minilm", description="vlm: text encoder whose space maps the strings")
     synonym_groups: str = Field(default="lexicon", description="vlm: synonym groups the threshold is calibrated on "
@@ -80,9 +83,9 @@ class ConvertConfig(StrictConfig):
             raise ValueError("benchmark_reader and benchmark_path go together")
         if self.source_format == "sgb" and not self.dicts:
             raise ValueError("--from sgb needs --dicts (the dataset's idx_to_label / idx_to_predicate JSON)")
-        if self.source_format == "openpsg" and not self.psg_json:
-            raise ValueError("--from openpsg needs --psg-json (its class and predicate lists)")
-        if self.source_format in ("sgb", "openpsg") and not (has_bench or self.image_ids):
+        if self.source_format.startswith("openpsg") and not self.psg_json:
+            raise ValueError(f"--from {self.source_format} needs --psg-json (its class and predicate lists)")
+        if self.source_format != "vlm" and not (has_bench or self.image_ids):
             raise ValueError(f"--from {self.source_format} needs the image order: a benchmark or --image-ids")
         if (self.source_format == "vlm" or self.score) and not has_bench:
             raise ValueError("--from vlm and --score need the benchmark (--benchmark-reader, --benchmark-path)")
@@ -123,174 +126,6 @@ def scene_graphs_table(ids: Sequence[str], images: Sequence[dict], predicates: S
     return pa.Table.from_arrays([pa.array([str(i) for i in ids], pa.string()), lists(objs, n_obj, OBJECT_TYPE),
                                  lists(pair_arr, n_pairs, PAIR_TYPE), lists(inner, n_pairs, pa.list_(pa.float32())),
                                  lists(tri_arr, n_tri, TRIPLET_TYPE)], schema=scene_graphs_schema(predicates))
-
-
-def _ranked(n: int) -> np.ndarray:
-    return 1.0 - np.arange(n) / max(n, 1)
-
-
-# --------------------------------------------------------------------------- sgb
-
-_ALLOWED = {"torch", "numpy", "collections", "_codecs", "copyreg"}
-
-
-def _torch_load(path: str) -> Any:
-    """torch.load of an SGB output without maskrcnn_benchmark: its classes become plain objects
-    holding their attributes; anything outside tensors, numpy and containers is refused."""
-    import pickle
-    import types
-
-    import torch
-
-    class _Stand(object):
-        """Stands in for a maskrcnn_benchmark class (BoxList): keeps the pickled attributes."""
-
-    class _Unpickler(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            top = module.split(".")[0]
-            if top == "maskrcnn_benchmark":
-                return _Stand
-            if top in _ALLOWED or (module == "builtins" and name in ("set", "frozenset", "slice", "complex")):
-                return super().find_class(module, name)
-            raise pickle.UnpicklingError(f"{path}: refusing to unpickle {module}.{name} (not an SGB output)")
-
-    shim = types.SimpleNamespace(Unpickler=_Unpickler, load=pickle.load, __name__="relate_sgb_pickle")
-    return torch.load(path, map_location="cpu", pickle_module=shim, weights_only=False)
-
-
-def _arr(x: Any) -> np.ndarray:
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
-
-
-def read_sgb(path: str, dicts: str) -> tuple[list[dict], list[str]]:
-    """Per-image dicts (boxes, labels, scores, pairs, pair_scores) and the predicate list."""
-    d = json.loads(Path(dicts).read_text())
-    idx_to_label = {int(k): v for k, v in d["idx_to_label"].items()}
-    idx_to_pred = {int(k): v for k, v in d["idx_to_predicate"].items()}
-    predicates = [idx_to_pred[i] for i in sorted(idx_to_pred)]
-    obj = _torch_load(path)
-    preds = obj["predictions"] if isinstance(obj, dict) else obj
-    images = []
-    for i, b in enumerate(preds):
-        f = getattr(b, "extra_fields", None)
-        if f is None or "pred_rel_scores" not in f:
-            raise SchemaError(f"{path}: prediction {i} is not an SGB relation BoxList (no extra_fields "
-                              f"'pred_rel_scores'; have {sorted(f) if f else None})")
-        box = _arr(b.bbox).astype(np.float64).reshape(-1, 4)
-        if getattr(b, "mode", "xyxy") == "xywh":  # SGB's xywh spans w - 1 pixels
-            box = np.concatenate([box[:, :2], box[:, :2] + box[:, 2:] - 1], axis=1)
-        lab = _arr(f["pred_labels"]).astype(np.int64).reshape(-1)
-        unknown = sorted(set(lab.tolist()) - set(idx_to_label))
-        if unknown:
-            raise SchemaError(f"{path}: prediction {i}: pred_labels {unknown[:5]} are not in {dicts}'s idx_to_label")
-        rel = _arr(f["pred_rel_scores"]).astype(np.float32)
-        if rel.ndim != 2 or rel.shape[1] != len(predicates) + 1:
-            raise SchemaError(f"{path}: prediction {i}: pred_rel_scores has shape {rel.shape}; need (pairs, "
-                              f"{len(predicates) + 1}): background + the {len(predicates)} predicates of {dicts}")
-        images.append({"boxes": box, "labels": [idx_to_label[k] for k in lab.tolist()],
-                       "scores": _arr(f["pred_scores"]).astype(np.float32).reshape(-1),
-                       "pairs": _arr(f["rel_pair_idxs"]).astype(np.int64).reshape(-1, 2), "pair_scores": rel[:, 1:]})
-    return images, predicates
-
-
-# --------------------------------------------------------------------------- openpsg
-
-def read_openpsg(folder: str, psg_json: str) -> tuple[list[dict], list[str]]:
-    """Per-image dicts (boxes from the panoptic PNG, labels, triplets ranked by list order)."""
-    from relate.data.readers.psg import segment_boxes
-
-    doc = json.loads(Path(psg_json).read_text())
-    classes = list(doc["thing_classes"]) + list(doc["stuff_classes"])
-    predicates = list(doc["predicate_classes"])
-    root = Path(folder)
-    entries = json.loads((root / "relation.json").read_text())
-    images = []
-    for i, e in enumerate(entries):
-        seg = e["segments_info"]
-        cats = [int(s["category_id"]) for s in seg]
-        bad = [c for c in cats if not 1 <= c <= len(classes)]
-        rels = np.asarray(e["relations"], dtype=np.int64).reshape(-1, 3)
-        badp = rels[(rels[:, 2] < 1) | (rels[:, 2] > len(predicates)), 2]
-        if bad or badp.size:
-            raise SchemaError(f"{root / 'relation.json'} entry {i}: category_id {bad[:3]} / predicate "
-                              f"{badp[:3].tolist()} outside 1..{len(classes)} / 1..{len(predicates)} (1-based)")
-        boxes = segment_boxes(root / "panseg" / e["pan_seg_file_name"], [int(s["id"]) for s in seg]) if seg \
-            else np.zeros((0, 4))
-        score = _ranked(len(rels))
-        images.append({"boxes": boxes, "labels": [classes[c - 1] for c in cats], "scores": np.ones(len(seg), np.float32),
-                       "triplets": [(s, o, predicates[p - 1], x) for (s, o, p), x in zip(rels.tolist(), score)]})
-    return images, predicates
-
-
-# --------------------------------------------------------------------------- vlm
-
-def map_predicates(strings: Sequence[str], predicates: Sequence[str], embed, matcher) -> dict[str, str | None]:
-    """Each distinct string -> the benchmark predicate it names: an exact (case- and space-
-    insensitive) match, else the closest predicate whose cosine reaches the matcher's calibrated
-    threshold, else None (unmapped)."""
-    from relate.metrics.openvocab import _unit
-
-    exact = {p.strip().lower(): p for p in predicates}
-    out: dict[str, str | None] = {s: exact.get(s.strip().lower()) for s in strings}
-    todo = [s for s, p in out.items() if p is None]
-    if todo:
-        ok = matcher.match_matrix(embed, todo, list(predicates), space=matcher.space)
-        cos = _unit(embed(todo)) @ _unit(embed(list(predicates))).T
-        cos = np.where(ok, cos, -np.inf)
-        best = cos.argmax(axis=1)
-        for s, j, row in zip(todo, best, cos):
-            out[s] = predicates[j] if np.isfinite(row[j]) else None
-    return out
-
-
-def _vlm_lines(path: str) -> list[dict]:
-    rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-        except ValueError as exc:
-            raise SchemaError(f"{path} line {n}: not JSON: {exc}") from None
-        if not isinstance(r, dict) or "image_id" not in r or not isinstance(r.get("triplets"), list):
-            raise SchemaError(f"{path} line {n}: need an object with 'image_id' and a 'triplets' list")
-        for t in r["triplets"]:
-            if not isinstance(t, dict) or not {"subject", "object", "predicate"} <= set(t):
-                raise SchemaError(f"{path} line {n} (image_id={r['image_id']!r}): a triplet needs subject, object "
-                                  f"and predicate; got {t!r}")
-        rows.append(r)
-    return rows
-
-
-def read_vlm(path: str, bench, embed, matcher) -> tuple[list[str], list[dict], dict]:
-    """(image ids, per-image dicts with mapped sparse triplets, the mapping report)."""
-    rows = _vlm_lines(path)
-    gt = {r["image_id"]: r["boxes"] for r in bench.corpus.select(["image_id", "boxes"]).to_pylist()}
-    counts = Counter(str(t["predicate"]) for r in rows for t in r["triplets"])
-    mapping = map_predicates(sorted(counts), list(bench.predicates), embed, matcher)
-    ids, images = [], []
-    for r in rows:
-        iid = str(r["image_id"])
-        if "objects" in r:
-            o = r["objects"]
-            im = {"boxes": np.array([x["box"] for x in o], np.float64).reshape(-1, 4),
-                  "labels": [x.get("label") for x in o], "scores": np.array([x.get("score", 1.0) for x in o])}
-        elif iid in gt:  # predcls: the indices name the benchmark's own boxes
-            b = gt[iid]
-            im = {"boxes": np.array([[x["x1"], x["y1"], x["x2"], x["y2"]] for x in b]).reshape(-1, 4),
-                  "labels": [x["category"] for x in b], "scores": np.ones(len(b))}
-        else:
-            raise SchemaError(f"{path}: image_id {iid!r} has no 'objects' and is not in the benchmark")
-        rank = _ranked(len(r["triplets"]))
-        im["triplets"] = [(t["subject"], t["object"], mapping[str(t["predicate"])], t.get("score", x))
-                          for t, x in zip(r["triplets"], rank) if mapping[str(t["predicate"])] is not None]
-        ids.append(iid)
-        images.append(im)
-    unmapped = {s: c for s, c in counts.most_common() if mapping[s] is None}
-    report = {"threshold": matcher.threshold, "space": matcher.space, "n_triplets": sum(counts.values()),
-              "n_unmapped_triplets": sum(unmapped.values()), "n_strings": len(counts),
-              "unmapped": unmapped, "mapping": {s: p for s, p in mapping.items() if p is not None}}
-    return ids, images, report
 
 
 def _matcher(cfg: ConvertConfig):
@@ -342,7 +177,8 @@ def main(cfg: ConvertConfig) -> dict:
         predicates = list(bench.predicates)
     else:
         images, predicates = (read_sgb(cfg.input, cfg.dicts) if cfg.source_format == "sgb"
-                              else read_openpsg(cfg.input, cfg.psg_json))
+                              else read_openpsg(cfg.input, cfg.psg_json) if cfg.source_format == "openpsg"
+                              else read_openpsg_pkl(cfg.input, cfg.psg_json))
         ids = _image_ids(cfg, bench)
         if len(ids) != len(images):
             raise SchemaError(f"{cfg.input}: {len(images)} images but the image order has {len(ids)} "

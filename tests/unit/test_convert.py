@@ -161,6 +161,47 @@ def test_openpsg_submission_boxes_from_the_panoptic_png(tmp_path):
     assert [(o["x1"], o["x2"], o["label"]) for o in objs] == [(0, 10, "person"), (20, 30, "horse")]
 
 
+def test_openpsg_pickled_results_keep_dense_scores(tmp_path, monkeypatch):
+    import pickle
+
+    # OpenPSG's tools/test.py --out: a pickled list of Result objects (openpsg's class, stood in for
+    # here while saving). refine_bboxes carry the label score in column 4; rel_dists column 0 is
+    # "no relation". (1,0): beside .8 x .5 x .9 = .36 ranks above (0,1): on .7 x .9 x .5 = .315;
+    # GT person on horse -> R@1 = 0, R@2 = 1 (dropping the last column instead of the first: 0).
+    mod = types.ModuleType("openpsg.models.relation_heads.approaches.relation_util")
+
+    class Result:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    Result.__module__, Result.__qualname__ = mod.__name__, "Result"
+    mod.Result = Result
+    parts = mod.__name__.split(".")
+    for k in range(1, len(parts)):
+        monkeypatch.setitem(sys.modules, ".".join(parts[:k]), types.ModuleType(".".join(parts[:k])))
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    res = Result(refine_bboxes=np.array([[0, 0, 10, 10, .9], [20, 20, 30, 30, .5]]), labels=np.array([1, 2]),
+                 rel_pair_idxes=np.array([[1, 0], [0, 1]]), rel_dists=np.array([[.1, .1, .8], [.2, .7, .1]]),
+                 masks=None, pan_results=None)
+    src = tmp_path / "results.pkl"
+    src.write_bytes(pickle.dumps([res], protocol=2))
+    for k in range(1, len(parts) + 1):
+        monkeypatch.delitem(sys.modules, ".".join(parts[:k]))  # loading must not need OpenPSG's code
+    psg = tmp_path / "psg.json"
+    psg.write_text(json.dumps({"thing_classes": ["person", "horse"], "stuff_classes": [],
+                               "predicate_classes": ["on", "beside"]}))
+    corpus = _corpus(tmp_path / "c.parquet", [("P", [_box(0, 0, 10, 10, "person"), _box(20, 20, 30, 30, "horse")],
+                                               [_rel(0, 1, "on")]),
+                                              ("Q", MAN_HORSE, [_rel(0, 1, "beside")])])
+    ids = tmp_path / "ids.json"
+    ids.write_text('["P"]')
+    res = main(ConvertConfig(source_format="openpsg-pkl", input=str(src), psg_json=str(psg), image_ids=str(ids),
+                             benchmark_reader="parquet", benchmark_path=corpus, out=str(tmp_path / "sg.parquet"),
+                             score=True, ks=[1, 2]))
+    gc = res["scores"]["graph_constrained"]
+    assert res["pairs"] == 2 and (gc["R@1"], gc["R@2"]) == (0.0, 1.0)
+
+
 # ------------------------------------------------------------------ vlm
 
 def test_vlm_strings_map_at_the_calibrated_threshold_and_unmapped_are_counted(tmp_path):

@@ -1,0 +1,229 @@
+"""Readers of other systems' saved scene-graph outputs (the formats of eval_jobs.convert).
+
+Each returns per-image dicts of numpy arrays (``boxes`` (n, 4) pixels, ``labels``, ``scores``, and
+``pairs`` (m, 2) with dense ``pair_scores`` (m, P) and/or sparse ``triplets``) and the predicate
+list naming the score columns; eval_jobs.convert turns them into the scene-graphs layout. Pickled
+outputs are read through an unpickler that admits arrays and containers only and stands in for the
+producing project's classes (its code is not needed, and nothing else in the file is executed).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import types
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from relate.schema import SchemaError
+
+__all__ = ["read_sgb", "read_openpsg", "read_openpsg_pkl", "read_vlm", "map_predicates", "ranked_scores"]
+
+
+def ranked_scores(n: int) -> np.ndarray:
+    """Scores for a list ranked best first without scores: position r of n scores 1 - r / n."""
+    return 1.0 - np.arange(n) / max(n, 1)
+
+
+# --------------------------------------------------------------------------- sgb
+
+_ALLOWED = {"torch", "numpy", "collections", "_codecs", "copyreg"}
+_BUILTINS = {"set", "frozenset", "slice", "complex"}
+
+
+class _StandIn:
+    """Takes the place of a class of the producing project (SGB's BoxList, OpenPSG's Result):
+    keeps the pickled attributes and nothing else."""
+
+
+def _unpickler(path: str, foreign: str) -> type:
+    """A pickle.Unpickler admitting tensors, numpy arrays and containers; classes of the package
+    ``foreign`` become _StandIn objects; anything else is refused with the file's name."""
+
+    class _Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            top = module.split(".")[0]
+            if top == foreign:
+                return _StandIn
+            if top in _ALLOWED or (module == "builtins" and name in _BUILTINS):
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"{path}: refusing to unpickle {module}.{name} (not a {foreign} output)")
+
+    return _Unpickler
+
+
+def _torch_load(path: str, foreign: str) -> Any:
+    import torch  # only here: a torch-saved file needs torch's own loader
+
+    shim = types.SimpleNamespace(Unpickler=_unpickler(path, foreign), load=pickle.load, __name__="relate_restricted")
+    return torch.load(path, map_location="cpu", pickle_module=shim, weights_only=False)
+
+
+def _arr(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def read_sgb(path: str, dicts: str) -> tuple[list[dict], list[str]]:
+    """Per-image dicts (boxes, labels, scores, pairs, pair_scores) and the predicate list."""
+    d = json.loads(Path(dicts).read_text())
+    idx_to_label = {int(k): v for k, v in d["idx_to_label"].items()}
+    idx_to_pred = {int(k): v for k, v in d["idx_to_predicate"].items()}
+    predicates = [idx_to_pred[i] for i in sorted(idx_to_pred)]
+    obj = _torch_load(path, "maskrcnn_benchmark")
+    preds = obj["predictions"] if isinstance(obj, dict) else obj
+    images = []
+    for i, b in enumerate(preds):
+        f = getattr(b, "extra_fields", None)
+        if f is None or "pred_rel_scores" not in f:
+            raise SchemaError(f"{path}: prediction {i} is not an SGB relation BoxList (no extra_fields "
+                              f"'pred_rel_scores'; have {sorted(f) if f else None})")
+        box = _arr(b.bbox).astype(np.float64).reshape(-1, 4)
+        if getattr(b, "mode", "xyxy") == "xywh":  # SGB's xywh spans w - 1 pixels
+            box = np.concatenate([box[:, :2], box[:, :2] + box[:, 2:] - 1], axis=1)
+        lab = _arr(f["pred_labels"]).astype(np.int64).reshape(-1)
+        unknown = sorted(set(lab.tolist()) - set(idx_to_label))
+        if unknown:
+            raise SchemaError(f"{path}: prediction {i}: pred_labels {unknown[:5]} are not in {dicts}'s idx_to_label")
+        rel = _arr(f["pred_rel_scores"]).astype(np.float32)
+        if rel.ndim != 2 or rel.shape[1] != len(predicates) + 1:
+            raise SchemaError(f"{path}: prediction {i}: pred_rel_scores has shape {rel.shape}; need (pairs, "
+                              f"{len(predicates) + 1}): background + the {len(predicates)} predicates of {dicts}")
+        images.append({"boxes": box, "labels": [idx_to_label[k] for k in lab.tolist()],
+                       "scores": _arr(f["pred_scores"]).astype(np.float32).reshape(-1),
+                       "pairs": _arr(f["rel_pair_idxs"]).astype(np.int64).reshape(-1, 2), "pair_scores": rel[:, 1:]})
+    return images, predicates
+
+
+# --------------------------------------------------------------------------- openpsg
+
+def read_openpsg(folder: str, psg_json: str) -> tuple[list[dict], list[str]]:
+    """Per-image dicts (boxes from the panoptic PNG, labels, triplets ranked by list order)."""
+    from relate.data.readers.psg import segment_boxes
+
+    classes, predicates = _psg_lists(psg_json)
+    root = Path(folder)
+    entries = json.loads((root / "relation.json").read_text())
+    images = []
+    for i, e in enumerate(entries):
+        seg = e["segments_info"]
+        cats = [int(s["category_id"]) for s in seg]
+        bad = [c for c in cats if not 1 <= c <= len(classes)]
+        rels = np.asarray(e["relations"], dtype=np.int64).reshape(-1, 3)
+        badp = rels[(rels[:, 2] < 1) | (rels[:, 2] > len(predicates)), 2]
+        if bad or badp.size:
+            raise SchemaError(f"{root / 'relation.json'} entry {i}: category_id {bad[:3]} / predicate "
+                              f"{badp[:3].tolist()} outside 1..{len(classes)} / 1..{len(predicates)} (1-based)")
+        boxes = segment_boxes(root / "panseg" / e["pan_seg_file_name"], [int(s["id"]) for s in seg]) if seg \
+            else np.zeros((0, 4))
+        score = ranked_scores(len(rels))
+        images.append({"boxes": boxes, "labels": [classes[c - 1] for c in cats], "scores": np.ones(len(seg), np.float32),
+                       "triplets": [(s, o, predicates[p - 1], x) for (s, o, p), x in zip(rels.tolist(), score)]})
+    return images, predicates
+
+
+def _psg_lists(psg_json: str) -> tuple[list[str], list[str]]:
+    doc = json.loads(Path(psg_json).read_text())
+    return list(doc["thing_classes"]) + list(doc["stuff_classes"]), list(doc["predicate_classes"])
+
+
+def read_openpsg_pkl(path: str, psg_json: str) -> tuple[list[dict], list[str]]:
+    """OpenPSG's ``tools/test.py --out results.pkl``: one Result per test image with
+    ``refine_bboxes`` (n, 5: box and score), 1-based ``labels``, ``rel_pair_idxes`` and
+    ``rel_dists`` (column 0 = no relation, dropped). The pair scores stay dense."""
+    classes, predicates = _psg_lists(psg_json)
+    with open(path, "rb") as fh:
+        results = _unpickler(path, "openpsg")(fh).load()
+    if not isinstance(results, list):
+        raise SchemaError(f"{path}: expected a list of OpenPSG Results, got {type(results).__name__}")
+    images = []
+    for i, r in enumerate(results):
+        missing = [k for k in ("refine_bboxes", "labels", "rel_pair_idxes", "rel_dists") if getattr(r, k, None) is None]
+        if missing:
+            raise SchemaError(f"{path}: result {i} lacks {missing} (not a relation Result)")
+        box = _arr(r.refine_bboxes).astype(np.float64).reshape(-1, 5)
+        lab = _arr(r.labels).astype(np.int64).reshape(-1)
+        dist = _arr(r.rel_dists).astype(np.float32)
+        if lab.size and (lab.min() < 1 or lab.max() > len(classes)):
+            raise SchemaError(f"{path}: result {i}: labels outside 1..{len(classes)} (1-based into {psg_json})")
+        if dist.ndim != 2 or dist.shape[1] != len(predicates) + 1:
+            raise SchemaError(f"{path}: result {i}: rel_dists has shape {dist.shape}; need (pairs, "
+                              f"{len(predicates) + 1}): no-relation + the {len(predicates)} predicates")
+        images.append({"boxes": box[:, :4], "labels": [classes[k - 1] for k in lab.tolist()], "scores": box[:, 4],
+                       "pairs": _arr(r.rel_pair_idxes).astype(np.int64).reshape(-1, 2), "pair_scores": dist[:, 1:]})
+    return images, predicates
+
+
+# --------------------------------------------------------------------------- vlm
+
+def map_predicates(strings: Sequence[str], predicates: Sequence[str], embed, matcher) -> dict[str, str | None]:
+    """Each distinct string -> the benchmark predicate it names: an exact (case- and space-
+    insensitive) match, else the closest predicate whose cosine reaches the matcher's calibrated
+    threshold, else None (unmapped)."""
+    from relate.metrics.openvocab import _unit
+
+    exact = {p.strip().lower(): p for p in predicates}
+    out: dict[str, str | None] = {s: exact.get(s.strip().lower()) for s in strings}
+    todo = [s for s, p in out.items() if p is None]
+    if todo:
+        ok = matcher.match_matrix(embed, todo, list(predicates), space=matcher.space)
+        cos = _unit(embed(todo)) @ _unit(embed(list(predicates))).T
+        cos = np.where(ok, cos, -np.inf)
+        best = cos.argmax(axis=1)
+        for s, j, row in zip(todo, best, cos):
+            out[s] = predicates[j] if np.isfinite(row[j]) else None
+    return out
+
+
+def _vlm_lines(path: str) -> list[dict]:
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError as exc:
+            raise SchemaError(f"{path} line {n}: not JSON: {exc}") from None
+        if not isinstance(r, dict) or "image_id" not in r or not isinstance(r.get("triplets"), list):
+            raise SchemaError(f"{path} line {n}: need an object with 'image_id' and a 'triplets' list")
+        for t in r["triplets"]:
+            if not isinstance(t, dict) or not {"subject", "object", "predicate"} <= set(t):
+                raise SchemaError(f"{path} line {n} (image_id={r['image_id']!r}): a triplet needs subject, object "
+                                  f"and predicate; got {t!r}")
+        rows.append(r)
+    return rows
+
+
+def read_vlm(path: str, bench, embed, matcher) -> tuple[list[str], list[dict], dict]:
+    """(image ids, per-image dicts with mapped sparse triplets, the mapping report)."""
+    rows = _vlm_lines(path)
+    gt = {r["image_id"]: r["boxes"] for r in bench.corpus.select(["image_id", "boxes"]).to_pylist()}
+    counts = Counter(str(t["predicate"]) for r in rows for t in r["triplets"])
+    mapping = map_predicates(sorted(counts), list(bench.predicates), embed, matcher)
+    ids, images = [], []
+    for r in rows:
+        iid = str(r["image_id"])
+        if "objects" in r:
+            o = r["objects"]
+            im = {"boxes": np.array([x["box"] for x in o], np.float64).reshape(-1, 4),
+                  "labels": [x.get("label") for x in o], "scores": np.array([x.get("score", 1.0) for x in o])}
+        elif iid in gt:  # predcls: the indices name the benchmark's own boxes
+            b = gt[iid]
+            im = {"boxes": np.array([[x["x1"], x["y1"], x["x2"], x["y2"]] for x in b]).reshape(-1, 4),
+                  "labels": [x["category"] for x in b], "scores": np.ones(len(b))}
+        else:
+            raise SchemaError(f"{path}: image_id {iid!r} has no 'objects' and is not in the benchmark")
+        rank = ranked_scores(len(r["triplets"]))
+        im["triplets"] = [(t["subject"], t["object"], mapping[str(t["predicate"])], t.get("score", x))
+                          for t, x in zip(r["triplets"], rank) if mapping[str(t["predicate"])] is not None]
+        ids.append(iid)
+        images.append(im)
+    unmapped = {s: c for s, c in counts.most_common() if mapping[s] is None}
+    report = {"threshold": matcher.threshold, "space": matcher.space, "n_triplets": sum(counts.values()),
+              "n_unmapped_triplets": sum(unmapped.values()), "n_strings": len(counts),
+              "unmapped": unmapped, "mapping": {s: p for s, p in mapping.items() if p is not None}}
+    return ids, images, report
+
+
