@@ -200,6 +200,8 @@ def test_openpsg_pickled_results_keep_dense_scores(tmp_path, monkeypatch):
                              score=True, ks=[1, 2]))
     gc = res["scores"]["graph_constrained"]
     assert res["pairs"] == 2 and (gc["R@1"], gc["R@2"]) == (0.0, 1.0)
+    objs = pq.read_table(tmp_path / "sg.parquet").column("objects").to_pylist()[0]
+    assert [(o["label"], o["score"]) for o in objs] == [("person", pytest.approx(.9)), ("horse", .5)]
 
 
 # ------------------------------------------------------------------ vlm
