@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import Field
 
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.data.readers.base import normalise_image_id
 
 __all__ = ["LeakageConfig", "LeakageResult", "load_id_map", "phash_uint64", "HashStage", "near_duplicates", "main"]
 
@@ -52,12 +53,7 @@ class LeakageResult:
     out_dir: Path
 
 
-def _norm_id(x: str) -> str:
-    """Ids compare as strings without surrounding space or leading zeros (000123 == 123)."""
-    x = str(x).strip()
-    if x.isdigit():
-        return x.lstrip("0") or "0"
-    return x
+_norm_id = normalise_image_id  # one rule for the filter and the readers' exclusion lists
 
 
 def load_id_map(path: str | Path) -> dict[str, set[str]]:
