@@ -17,6 +17,8 @@ N_OBJ, N_PAIRS, N_REL, VOCAB, N_CAT = 10, 80, 8, 50, 30
 
 
 def _lists(arrays, type_, counts) -> pa.ListArray:
+    if isinstance(type_, pa.StructType):
+        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
     values = pa.StructArray.from_arrays(arrays, fields=list(type_)) if isinstance(type_, pa.StructType) else arrays
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), values)

@@ -32,7 +32,8 @@ from benchmarks._dense_outputs import flat_tables, make_dense
 from benchmarks._loop_baseline import loop_recall
 from relate.metrics import (evaluate_recall, evaluate_scene_graphs, load_detections, load_ground_truth,
                             load_predictions, load_scene_graphs)
-from relate.schema import BOX_TYPE, CORPUS_SCHEMA, PREDICTIONS_SCHEMA, RELATION_TYPE, TRIPLET_TYPE
+from relate.schema import (BOX_TYPE, CORPUS_SCHEMA, PREDICTIONS_SCHEMA, RELATION_TYPE, SCENE_GRAPHS_ROW_GROUP,
+                           TRIPLET_TYPE)
 
 KS = (20, 50, 100)
 N_BOXES, N_PAIRS, PER_PAIR, N_REL, VOCAB = 14, 100, 3, 8, 50
@@ -152,7 +153,7 @@ def measure_dense(quick: bool) -> dict[str, float]:
     corpus, vocab = d.corpus(), d.vocab.tolist()
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/scene_graphs.parquet"
-        pq.write_table(d.scene_graphs(), path)
+        pq.write_table(d.scene_graphs(), path, row_group_size=SCENE_GRAPHS_ROW_GROUP)
         full: dict = {}
         dense_s = best_of(lambda: full.update(_dense_eval(corpus, path, vocab)), 1 if quick else 3)
     n_flat = 200 if quick else 1_000

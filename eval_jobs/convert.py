@@ -45,7 +45,8 @@ from pydantic import Field, model_validator
 
 from eval_jobs.convert_formats import read_openpsg, read_openpsg_pkl, read_sgb, read_vlm
 from relate.config import StrictConfig
-from relate.schema import OBJECT_TYPE, PAIR_TYPE, TRIPLET_TYPE, SchemaError, scene_graphs_schema, validate_scene_graphs
+from relate.schema import (OBJECT_TYPE, PAIR_TYPE, SCENE_GRAPHS_ROW_GROUP, TRIPLET_TYPE, SchemaError,
+                           scene_graphs_schema, validate_scene_graphs)
 
 __all__ = ["ConvertConfig", "FORMATS", "main", "parse_args", "scene_graphs_table"]
 
@@ -186,7 +187,7 @@ def main(cfg: ConvertConfig) -> dict:
     table = scene_graphs_table(ids, images, predicates)
     validate_scene_graphs(table, name=cfg.out)
     Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, cfg.out)
+    pq.write_table(table, cfg.out, row_group_size=SCENE_GRAPHS_ROW_GROUP)
     result: dict[str, Any] = {"out": cfg.out, "format": cfg.source_format, "images": table.num_rows,
                               "objects": sum(len(im["labels"]) for im in images),
                               "pairs": int(sum(len(np.asarray(im.get("pairs", [])).reshape(-1, 2)) for im in images)),

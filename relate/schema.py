@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 __all__ = [
     "BOX_TYPE", "RELATION_TYPE", "REJECTION_TYPE", "TRIPLET_TYPE",
     "PREDICATE_HITS_TYPE", "IMAGE_SCHEMA", "CORPUS_SCHEMA", "REJECTIONS_SCHEMA", "PREDICTIONS_SCHEMA",
-    "PER_IMAGE_SCHEMA", "OBJECT_TYPE", "PAIR_TYPE", "SCENE_GRAPHS_SCHEMA", "PREDICATES_KEY",
+    "PER_IMAGE_SCHEMA", "OBJECT_TYPE", "PAIR_TYPE", "SCENE_GRAPHS_SCHEMA", "PREDICATES_KEY", "SCENE_GRAPHS_ROW_GROUP",
     "PASSES", "GATE_OUTCOMES", "SchemaError",
     "validate_images", "validate_corpus", "validate_rejections", "validate_predictions",
     "validate_scene_graphs", "scene_graphs_schema", "scene_graph_predicates", "to_table",
@@ -82,6 +82,9 @@ OBJECT_TYPE = pa.struct([
 ])
 PAIR_TYPE = pa.struct([("subject", pa.int32()), ("object", pa.int32())])
 PREDICATES_KEY = b"relate.predicates"  # schema metadata: JSON list naming the pair_scores columns
+# images per Parquet row group when writing scene graphs: one 10k-image group decodes on one core
+# (1.4 s for 40M scores here), groups of 1,000 decode in parallel (0.5 s)
+SCENE_GRAPHS_ROW_GROUP = 1000
 SCENE_GRAPHS_SCHEMA = pa.schema([
     pa.field("image_id", pa.string(), nullable=False),
     pa.field("objects", pa.list_(OBJECT_TYPE), nullable=False),

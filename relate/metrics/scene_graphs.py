@@ -27,7 +27,8 @@ from relate.metrics._tables import GroundTruth, Predictions, _np, encode_strings
 from relate.metrics.recall import RecallResult, evaluate_recall
 from relate.metrics.sgb import (PROTOCOLS, _kth_largest_per_block, _label_set, sgb_aggregate, sgb_credit,
                                 sgb_rank_dense)
-from relate.schema import SchemaError, scene_graph_predicates, validate_scene_graphs
+from relate.schema import (SCENE_GRAPHS_SCHEMA, SchemaError, scene_graph_predicates, scene_graphs_schema, to_table,
+                           validate_scene_graphs)
 
 __all__ = ["SceneGraphs", "load_scene_graphs", "evaluate_scene_graphs"]
 
@@ -64,6 +65,9 @@ def _read(source: str | Path | pa.Table) -> tuple[pa.Table, str]:
 def load_scene_graphs(source: str | Path | pa.Table, gt: GroundTruth) -> SceneGraphs:
     """Read and validate a SCENE_GRAPHS_SCHEMA file (or table) against ``gt``'s images."""
     table, name = _read(source)
+    names = scene_graph_predicates(table.schema, name=name)
+    # the project's types (float32 scores, int32 indices) whatever the writer used; a no-op when they match
+    table = to_table(table, SCENE_GRAPHS_SCHEMA if names is None else scene_graphs_schema(names), table=name)
     n_obj = validate_scene_graphs(table, name=name)
     ids = table.column("image_id").to_pylist()
     index = gt.index_of()
@@ -91,7 +95,7 @@ def load_scene_graphs(source: str | Path | pa.Table, gt: GroundTruth) -> SceneGr
     pflat = pairs.flatten()
     pparent = pc.list_parent_indices(pairs).to_numpy().astype(np.int64)
     poff = np.concatenate([[0], np.cumsum(np.bincount(pparent, minlength=len(ids)))]).astype(np.int64)
-    names = np.asarray(scene_graph_predicates(table.schema, name=name) or [], dtype=object)
+    names = np.asarray(names or [], dtype=object)
     values = table.column("pair_scores").combine_chunks().flatten().flatten()
     matrix = values.to_numpy().reshape(pparent.size, names.size) if pparent.size else np.zeros((0, names.size), np.float32)
     return SceneGraphs(Detections(off, boxes, labels), scores, poff, row_img[pparent],

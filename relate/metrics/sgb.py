@@ -254,7 +254,7 @@ def sgb_rank_dense(pair_offsets: np.ndarray, pair_image: np.ndarray, subject_sco
     best = scores.argmax(axis=1) if P else np.zeros(N, np.int64)  # first maximum: lowest label index
     p32 = np.take_along_axis(scores, best[:, None], 1)[:, 0] if P else np.zeros(N, np.float32)
     triple = (p32 * subject_score) * object_score
-    order = np.lexsort((np.arange(N), -triple, pair_image))  # ties: the pair's place in the file
+    order = np.argsort(_desc_key(pair_image, triple), kind="stable")  # ties: the pair's place in the file
     gc_sorted = _rank_in_image(pair_image[order])
     if graph_constrained:
         keep = gc_sorted < max_k
@@ -267,10 +267,18 @@ def sgb_rank_dense(pair_offsets: np.ndarray, pair_image: np.ndarray, subject_sco
     rows = np.repeat(np.arange(pair_offsets.size - 1), np.diff(pair_offsets))
     pr, col = np.nonzero(overall >= thr[rows][:, None])
     sel = overall[pr, col]
-    order = np.lexsort((col, gc_rank[pr], -sel, pair_image[pr]))
+    order = np.lexsort((gc_rank[pr] * max(P, 1) + col, _desc_key(pair_image[pr], sel)))
     rank = _rank_in_image(pair_image[pr][order])
     keep = rank < cap
     return pr[order][keep], col[order][keep].astype(np.int64), rank[keep]
+
+
+def _desc_key(group: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """uint64 keys sorting by ``group`` ascending, then float32 ``score`` descending: one integer
+    sort instead of a multi-key lexsort (scores are finite; -0 and +0 tie, as they compare equal)."""
+    b = (np.asarray(score, np.float32) + np.float32(0)).view(np.uint32).astype(np.uint64)
+    asc = np.where(b >> np.uint64(31), ~b & np.uint64(0xFFFFFFFF), b | np.uint64(0x80000000))
+    return (group.astype(np.uint64) << np.uint64(32)) | (np.uint64(0xFFFFFFFF) - asc)
 
 
 def _kth_largest_per_block(values: np.ndarray, pair_offsets: np.ndarray, k: int,

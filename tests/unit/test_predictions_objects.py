@@ -107,6 +107,22 @@ def test_pairs_need_the_predicate_list_and_rows_are_unique():
         scene_graphs_schema(["on", "on"])
 
 
+def test_loading_casts_to_the_project_types():
+    # float64 scores and int64 indices written by another tool load as float32 / int64 arrays; a
+    # string where a score belongs is a SchemaError naming the table
+    import pyarrow as pa
+
+    gt = _gt([_img("A", GT_BOXES, [_rel(0, 1, "on")])])
+    t = _table(_valid())
+    wide = t.cast(pa.schema([f if f.name != "pair_scores" else pa.field("pair_scores", pa.list_(pa.list_(pa.float64())))
+                             for f in t.schema], metadata=t.schema.metadata))
+    sg = load_scene_graphs(wide, gt)
+    assert sg.scores.dtype == np.float32 and sg.scores.shape == (2, 2)
+    bad = t.set_column(1, "objects", pa.array([[{"x1": "a"}]]))
+    with pytest.raises(SchemaError, match="scene_graphs: cannot cast"):
+        load_scene_graphs(bad, gt)
+
+
 def test_unknown_image_is_named():
     gt = _gt([_img("B", GT_BOXES, [_rel(0, 1, "on")])])
     with pytest.raises(SchemaError, match=r"not in the ground truth: \['A'\]"):
@@ -295,3 +311,14 @@ def test_ovsgg_scores_a_scene_graphs_file_without_a_detector_table(tmp_path):
     # paper: both images count (B scores 0): R@2 = (1/2 + 0) / 2; per-image rows ride along
     cell = score_cell(spec, bench, str(tmp_path / "sg.parquet"), OVSGGConfig(benchmarks=[spec], ks=[2], headline_k=2))
     assert cell["recall"]["metrics"]["R@2"] == pytest.approx(0.25) and len(cell["_per_image"]) == 2
+
+
+def test_integer_sort_key_orders_like_a_float_lexsort():
+    # group ascending, score descending, ties (also -0 against +0) in input order
+    from relate.metrics.sgb import _desc_key
+
+    rng = np.random.default_rng(0)
+    x = rng.choice(np.array([-2.5, -1e-30, -0.0, 0.0, 1e-30, .25, .5, 3e9], np.float32), 400)
+    g = rng.integers(0, 5, 400)
+    want = np.lexsort((np.arange(400), -x.astype(np.float64), g))
+    assert np.array_equal(np.argsort(_desc_key(g, x), kind="stable"), want)
