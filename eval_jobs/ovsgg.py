@@ -157,8 +157,18 @@ class InferenceSpec(StrictConfig):
                                        description="what each inference task (one per benchmark) reserves, e.g. "
                                                    "{num_gpus: 1, resources: {evaluator: 1}} for one A100 of the "
                                                    "evaluation group")
-    checkpoint: str | None = Field(default=None, description="checkpoint folder passed to predict_fn as "
-                                   "checkpoint=... (the default predict_fn loads it with relate.api)")
+    checkpoint: str | None = Field(default=None, description="checkpoint folder or URI passed to predict_fn as "
+                                   "checkpoint=... (the default predict_fn loads it with relate.api), or a "
+                                   "pointer file holding one, such as the LATEST file a training run writes")
+
+    def resolve_checkpoint(self) -> str | None:
+        """The checkpoint itself: a pointer file is read (its one line names the checkpoint)."""
+        if self.checkpoint is None or not Path(self.checkpoint).is_file():
+            return self.checkpoint
+        target = Path(self.checkpoint).read_text().strip()
+        if not target:
+            raise ValueError(f"inference.checkpoint {self.checkpoint!r} is an empty pointer file")
+        return target
 
 
 class SynonymSpec(StrictConfig):
@@ -513,7 +523,7 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
         fn = predict_fn or cfg.inference.predict_fn
         todo = [b for b in specs if b not in preds[cfg.inference.system]]
         paths = [stages.submit("infer", b, specs[b], benches[b], fn, str(out / cfg.inference.out_dir / f"{b}.parquet"),
-                               cfg.inference.checkpoint) for b in todo]
+                               cfg.inference.resolve_checkpoint()) for b in todo]
         preds[cfg.inference.system].update(dict(zip(todo, stages.gather(paths, "inference benchmarks"))))
     train = {s.name: s.train_corpus for s in cfg.systems}
     jobs = {(s, b): stages.submit("score", f"{s}/{b}", specs[b], benches[b], p, cfg, train[s])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval_jobs.ovsgg import BenchmarkSpec, OVSGGConfig, SystemSpec, axis_scores, load_benchmark, score_cell
+from eval_jobs.ovsgg import BenchmarkSpec, InferenceSpec, OVSGGConfig, SystemSpec, axis_scores, load_benchmark, score_cell
 from eval_jobs.report import write_radar, write_table
 from relate.config import ConfigError, load_config
 from relate.data.export import synthesize_negatives, write_hico_det, write_psg
@@ -48,6 +48,14 @@ def test_config_validation_names_the_problem(tmp_path):
     for name in ("ovsgg.yaml", "ovsgg_synthetic.yaml"):
         cfg = load_config(OVSGGConfig, f"eval_jobs/configs/{name}")
         assert cfg.graph_constrained and cfg.matcher == "one_to_one"
+    # inference.checkpoint may name a pointer file (a training run's LATEST): its line is the checkpoint
+    (tmp_path / "LATEST").write_text("/ckpts/run/checkpoint_0004\n")
+    inf = InferenceSpec(system="s", checkpoint=str(tmp_path / "LATEST"))
+    assert inf.resolve_checkpoint() == "/ckpts/run/checkpoint_0004"
+    assert InferenceSpec(system="s", checkpoint="s3://b/ck").resolve_checkpoint() == "s3://b/ck"
+    (tmp_path / "EMPTY").write_text("\n")
+    with pytest.raises(ValueError, match="empty pointer file"):
+        InferenceSpec(system="s", checkpoint=str(tmp_path / "EMPTY")).resolve_checkpoint()
 
 
 @pytest.mark.slow
