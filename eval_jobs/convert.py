@@ -1,7 +1,7 @@
 """Convert other systems' saved scene-graph outputs into the scene-graphs layout, and score them.
 
     python -m eval_jobs.convert --from sgb --input eval_results.pytorch --dicts VG-SGG-dicts-with-attri.json \\
-        --benchmark-reader vg150 --benchmark-path data/vg150 --out sgdet.parquet --score true
+        --benchmark-reader vg150 --benchmark-path data/vg150 --out sgdet.parquet --score
 
 Formats (``--from``):
 
@@ -201,16 +201,24 @@ def main(cfg: ConvertConfig) -> dict:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> ConvertConfig:
-    """One flag per config field (``--from`` for source_format); values are read as JSON when they parse."""
+    """One flag per config field (``--from`` for source_format; ``--score`` is a switch, ``--ks``
+    a comma-separated list); a missing or bad value exits with the field's message."""
+    from pydantic import ValidationError
+
     ap = argparse.ArgumentParser(prog="python -m eval_jobs.convert", description=__doc__.split("\n")[0])
     for name, field in ConvertConfig.model_fields.items():
         flag = "--from" if name == "source_format" else "--" + name.replace("_", "-")
-        ap.add_argument(flag, dest=name, default=None, help=field.description)
+        if field.annotation is bool:
+            ap.add_argument(flag, dest=name, action="store_const", const=True, default=None, help=field.description)
+        else:
+            ap.add_argument(flag, dest=name, default=None, help=field.description)
     args = {k: v for k, v in vars(ap.parse_args(argv)).items() if v is not None}
-    for k, v in args.items():
-        if k in ("ks", "score", "threshold"):
-            args[k] = json.loads(v)
-    return ConvertConfig(**args)
+    if "ks" in args:
+        args["ks"] = [int(k) for k in str(args["ks"]).strip("[]").split(",") if k.strip()]
+    try:
+        return ConvertConfig(**args)
+    except ValidationError as exc:
+        ap.error("; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()))
 
 
 if __name__ == "__main__":

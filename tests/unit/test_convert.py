@@ -97,7 +97,7 @@ def test_sgb_eval_results_convert_and_score_in_one_command(tmp_path, monkeypatch
                                               ("B", MAN_HORSE, [_rel(0, 1, "near")])])
     out = str(tmp_path / "sg.parquet")
     cfg = parse_args(["--from", "sgb", "--input", src, "--dicts", dicts, "--benchmark-reader", "parquet",
-                      "--benchmark-path", corpus, "--out", out, "--score", "true", "--ks", "[1, 2]"])
+                      "--benchmark-path", corpus, "--out", out, "--score", "--ks", "1,2"])
     res = main(cfg)
     assert (res["images"], res["objects"], res["pairs"]) == (2, 4, 3)
     gc = res["scores"]["graph_constrained"]
@@ -126,6 +126,8 @@ def test_sgb_image_order_must_align_and_strangers_are_refused(tmp_path, monkeypa
                            out=str(tmp_path / "o.parquet")))
     with pytest.raises(ValueError, match="needs --dicts"):
         ConvertConfig(source_format="sgb", input=src, image_ids=str(ids), out="o.parquet")
+    with pytest.raises(SystemExit):  # the CLI names the missing field and exits 2
+        parse_args(["--from", "sgb", "--input", src])
 
 
 # ------------------------------------------------------------------ openpsg
