@@ -5,7 +5,8 @@
 
 Rows are built over the grouped base forms (or a vocabulary file); with ``split_file`` (the
 ``split.json`` a distillation run writes) each encoder gets one row for the trained and one
-for the held-out inverse pairs. Writes ``report.md`` and ``report.json`` into ``out_dir``.
+for the held-out inverse pairs; a group-level split (``heldout_groups`` in the file) also
+restricts each row's synonym pairs to its own side's groups. Writes ``report.md`` and ``report.json`` into ``out_dir``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import Field
 from relate.config import StrictConfig, dump_config, parse_job_args
 from relate.text.bank import build_bank, load_bank
 from relate.text.distill_data import base_strings
+from relate.text.heldout import GroupSplit
 from relate.text.report import geometry_report, render_markdown
 from relate.text.resources import load_inverse_pairs, load_synonym_groups
 from relate.text.vocabulary import load_vocabulary_file
@@ -41,25 +43,31 @@ class TextReportResult:
     out_dir: str
 
 
-def _pair_sets(cfg: TextReportConfig) -> dict[str, list[tuple[str, str]]]:
+def _pair_sets(cfg: TextReportConfig) -> dict[str, tuple[dict, list[tuple[str, str]]]]:
+    """Split name -> (synonym groups, inverse pairs) the rows of that split read."""
+    groups = load_synonym_groups()
     if cfg.split_file is None:
-        return {"all": list(load_inverse_pairs())}
+        return {"all": (groups, list(load_inverse_pairs()))}
     split = json.loads(Path(cfg.split_file).read_text())
-    return {"trained": [tuple(p) for p in split["inverse_train"]],
-            "held-out": [tuple(p) for p in split["inverse_heldout"]]}
+    if "heldout_groups" in split:  # a group-level split: each side reads its own groups' synonyms too
+        gs = GroupSplit(trained=tuple(map(tuple, split["trained_groups"])),
+                        heldout=tuple(map(tuple, split["heldout_groups"])))
+        return {"trained": (gs.synonym_groups("trained"), gs.inverse_pairs("trained")),
+                "held-out": (gs.synonym_groups("heldout"), gs.inverse_pairs("heldout"))}
+    return {"trained": (groups, [tuple(p) for p in split["inverse_train"]]),
+            "held-out": (groups, [tuple(p) for p in split["inverse_heldout"]])}
 
 
 def main(cfg: TextReportConfig) -> TextReportResult:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "config.yaml")
-    groups = load_synonym_groups()
     strings = load_vocabulary_file(cfg.vocabulary_file) if cfg.vocabulary_file else base_strings()
     banks = [(name, build_bank(strings, name)) for name in cfg.encoders]
     banks += [(path, load_bank(path)) for path in cfg.banks]
     rows = []
     for label, bank in banks:
-        for split, pairs in _pair_sets(cfg).items():
+        for split, (groups, pairs) in _pair_sets(cfg).items():
             rows.append((f"{label} ({split} inverse pairs)", geometry_report(bank, groups, pairs)))
     markdown = render_markdown(rows)
     (out / "report.md").write_text(markdown + "\n")

@@ -2,11 +2,13 @@
 
     python -m train_jobs.distill_text --config train_jobs/configs/distill_text.yaml [--set k=v]
 
-The driver embeds the training strings with the frozen teacher once (token outputs, de-hubbed
-sentence targets, PCA anchors), holds out a fraction of the inverse pairs, and hands the
+The driver holds out a fraction of the inverse synonym-group pairs (every form of those groups,
+modified and derived forms included, stays out of every loss; ``relate.text.heldout``), embeds
+the remaining training strings with the frozen teacher once (token outputs, de-hubbed
+sentence targets, PCA anchors), and hands the
 arrays to ``TorchTrainer`` workers (gloo on CPU). Rank 0 saves the student folder as the
 checkpoint; the driver copies it to ``out_dir/student`` and writes the Table 16 report of
-teacher and student on the trained and the held-out inverse pairs.
+teacher and student on the trained and the held-out groups.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from relate.text.distill import DistillWeights, distill_losses
 from relate.text.distill_data import evaluate_text_spaces, prepare_distill_data
 from relate.text.student import create_text_student, save_student
 
-__all__ = ["DistillTextConfig", "DistillResult", "DistillRunner", "main"]
+__all__ = ["DistillTextConfig", "DistillResult", "DistillRunner", "fit_local", "main"]
 
 
 class DataConfig(StrictConfig):
     train_vocab_size: int = Field(4000, ge=100, description="training strings: every grouped base form plus a fixed random sample of modified forms up to this size")
-    heldout_fraction: float = Field(0.25, ge=0.0, lt=1.0, description="share of inverse pairs kept out of every loss and reported separately")
-    split_seed: int = Field(0, description="seed of the held-out inverse-pair split and the modified-form sample")
+    heldout_fraction: float = Field(0.25, ge=0.0, lt=1.0, description="share of inverse synonym-group pairs held out: every form of those groups (surface, modified, derived) is kept out of every loss and reported separately")
+    heldout_groups: list[str] | None = Field(None, description="synonym groups to hold out by name (each takes its inverse group with it); None draws heldout_fraction of the pairs with split_seed")
+    split_seed: int = Field(0, description="seed of the held-out group split and the modified-form sample")
     dehub_components: int = Field(3, ge=0, description="leading principal directions removed from the teacher targets (B.2.1 uses 3)")
 
 
@@ -177,7 +180,7 @@ class DistillRunner:
         emb = model(self.tokens[:n, :length].float(), self.mask[:n, :length])
         model.train()
         out = {}
-        for key in ("synonym_base", "inverse_train_base", "inverse_heldout"):
+        for key in ("synonym_base", "inverse_train_base"):  # held-out groups have no rows here
             p = torch.from_numpy(self.data[key])
             out[f"val_{key}_cos"] = float((emb[p[:, 0]] * emb[p[:, 1]]).sum(-1).mean()) if len(p) else float("nan")
         return out
@@ -191,6 +194,22 @@ class DistillRunner:
         state = torch.load(Path(folder) / "student.pt", map_location="cpu", weights_only=True)
         inner.load_state_dict(state, strict=True)
         self.step = int(json.loads((Path(folder) / "student.json").read_text()).get("step", 0))
+
+
+def fit_local(cfg: DistillTextConfig, data: dict) -> DistillRunner:
+    """The same steps as one Ray Train worker, in this process (tests and quick sweeps)."""
+    torch.set_num_threads(cfg.train.torch_threads)
+    rows = np.asarray(data["train_rows"])
+    per_epoch = len(rows) // cfg.train.batch_size
+    runner = DistillRunner(cfg, data, total_steps=per_epoch * cfg.train.epochs)
+    runner.build_optimizer(runner.model)
+    order_rng = np.random.default_rng(cfg.train.seed)
+    for _ in range(cfg.train.epochs):
+        order = torch.from_numpy(order_rng.permutation(rows))
+        for i in range(per_epoch):
+            runner.train_step(runner.model, order[i * cfg.train.batch_size:(i + 1) * cfg.train.batch_size])
+    runner.model.eval()
+    return runner
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -256,7 +275,7 @@ def main(cfg: DistillTextConfig) -> DistillResult:
     dump_config(cfg, out / "config.yaml")
     d = cfg.data
     data, info = prepare_distill_data(cfg.model.teacher, cfg.model.dim, d.train_vocab_size, d.heldout_fraction,
-                                      d.split_seed, d.dehub_components)
+                                      d.split_seed, d.dehub_components, d.heldout_groups)
     result = build_trainer(cfg, data).fit()
     if result.checkpoint is None:
         raise RuntimeError(f"distill_text: training produced no checkpoint ({result.error})")
@@ -265,11 +284,12 @@ def main(cfg: DistillTextConfig) -> DistillResult:
         shutil.rmtree(student_dir, ignore_errors=True)
         shutil.copytree(d, student_dir)
     (out / "split.json").write_text(json.dumps(
-        {"inverse_train": info["inverse_train"], "inverse_heldout": info["inverse_heldout"]}, indent=1))
+        {"inverse_train": info["inverse_train"], "inverse_heldout": info["inverse_heldout"],
+         "trained_groups": info["trained_groups"], "heldout_groups": info["heldout_groups"]}, indent=1))
     history = [dict(m) for m in (result.metrics_dataframe.to_dict("records")
                                  if result.metrics_dataframe is not None else [])]
     reports, markdown, acceptance = evaluate_text_spaces(
-        cfg.model.teacher, f"student:{student_dir.resolve()}", info["inverse_train"], info["inverse_heldout"])
+        cfg.model.teacher, f"student:{student_dir.resolve()}", info["split"])
     report_path = out / "report.md"
     report_path.write_text(markdown + "\n")
     (out / "metrics.json").write_text(json.dumps({"reports": reports, "acceptance": acceptance}, indent=2))

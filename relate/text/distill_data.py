@@ -3,7 +3,7 @@
 ``prepare_distill_data`` embeds the training strings once with the frozen teacher (token
 outputs for the student, de-hubbed sentence targets, PCA anchors) and turns the resources
 into index pairs; ``evaluate_text_spaces`` writes Table 16 for teacher and student on the
-trained and the held-out inverse pairs.
+trained and the held-out synonym groups (held out whole, see ``relate.text.heldout``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Sequence
 import numpy as np
 
 from relate.text.bank import build_bank
-from relate.text.distill import dehub, pad_token_outputs, pca_anchor_targets, split_inverse_pairs
+from relate.text.distill import dehub, pad_token_outputs, pca_anchor_targets
+from relate.text.heldout import GroupSplit, assert_no_heldout_leak, split_inverse_groups
 from relate.text.encoders import HFTextEncoder, _batched, load_text_encoder, mean_pool
 from relate.text.report import geometry_report, render_markdown
 from relate.text.resources import load_inverse_pairs, load_synonym_groups, synonym_pairs
@@ -89,21 +90,26 @@ def _group_arrays(strings: Sequence[str]) -> dict[str, np.ndarray]:
 
 
 def prepare_distill_data(teacher_name: str, dim: int, train_vocab_size: int, heldout_fraction: float,
-                         split_seed: int, dehub_components: int = 3) -> tuple[dict, dict]:
-    """Arrays for the workers (``data``) and the string-level split for the report (``info``)."""
+                         split_seed: int, dehub_components: int = 3,
+                         heldout_groups: Sequence[str] | None = None) -> tuple[dict, dict]:
+    """Arrays for the workers (``data``) and the split for the report (``info``).
+
+    Held-out inverse pairs are held out as pairs of synonym groups (``relate.text.heldout``):
+    no form of those groups, modified or not, is a training string, so none reaches a loss term,
+    the de-hubbing or the PCA anchor; ``assert_no_heldout_leak`` checks it before returning.
+    """
     teacher = load_text_encoder(teacher_name)
     if not isinstance(teacher, HFTextEncoder):
         raise ValueError(f"distillation teacher {teacher_name!r} must expose token outputs (minilm or hf:...)")
-    base = base_strings()
-    rest = [s for s in build_vocabulary() if s not in set(base)]
+    split = split_inverse_groups(heldout_fraction, split_seed, heldout_groups)
+    base = [s for s in base_strings() if not split.is_heldout(s)]
+    rest = [s for s in build_vocabulary() if s not in set(base_strings()) and not split.is_heldout(s)]
     n_extra = max(0, min(len(rest), train_vocab_size - len(base)))
     pick = np.sort(np.random.default_rng(split_seed).choice(len(rest), n_extra, replace=False))
     strings = base + [rest[i] for i in pick]
     row = {s: i for i, s in enumerate(strings)}
 
-    inv_train, inv_held = split_inverse_pairs(list(load_inverse_pairs()), heldout_fraction, split_seed)
-    # Modified forms inherit the split of their base pair, so "far above"/"far below" never
-    # trains while "above"/"below" is held out.
+    inv_train, inv_held = split.inverse_pairs("trained"), split.inverse_pairs("heldout")
     inv_train_all = group_cross_pairs(inv_train) + derived_inverse_pairs(strings, inv_train)
     tokens, mask, pooled = _teacher_outputs(teacher, strings)
     targets = dehub(pooled, dehub_components)
@@ -113,36 +119,42 @@ def prepare_distill_data(teacher_name: str, dim: int, train_vocab_size: int, hel
         "n_base": len(base), "train_rows": np.arange(len(strings)),
         "synonym": syn, "synonym_base": syn,
         "inverse_train": _index_pairs(inv_train_all, row), "inverse_train_base": _index_pairs(inv_train, row),
-        "inverse_heldout": _index_pairs(inv_held, row),
         "modified": _index_pairs(modified_base_pairs(strings), row),
     }
     data.update(_group_arrays(strings))
-    info = {"strings": strings, "inverse_train": [list(p) for p in inv_train],
-            "inverse_heldout": [list(p) for p in inv_held]}
+    assert_no_heldout_leak(data, strings, split)
+    info = {"strings": strings, "split": split, "inverse_train": [list(p) for p in inv_train],
+            "inverse_heldout": [list(p) for p in inv_held], **split.to_json()}
     return data, info
 
 
 def _passes(rep: dict, teacher_rep: dict) -> dict[str, bool]:
+    """Each ACCEPTANCE bar for one student row against the teacher row of the same split."""
     a = ACCEPTANCE
     return {"auc": rep["auc_syn_inv"] >= a["auc_min"], "inv_cos": rep["inv_cos"] < a["inv_cos_max"],
             "syn_cos": rep["syn_cos"] > a["syn_cos_min"],
             "eff_dim": abs(rep["eff_dim"] - teacher_rep["eff_dim"]) <= a["eff_dim_rel_tol"] * teacher_rep["eff_dim"]}
 
 
-def evaluate_text_spaces(teacher_name: str, student_name: str, inverse_train: Sequence[Sequence[str]],
-                         inverse_heldout: Sequence[Sequence[str]]) -> tuple[dict, str, dict]:
-    """Table 16 rows (teacher, student) x (trained, held-out inverse pairs) over the base forms."""
-    groups, strings = load_synonym_groups(), base_strings()
-    splits = {"trained": [tuple(p) for p in inverse_train], "held-out": [tuple(p) for p in inverse_heldout]}
+def evaluate_text_spaces(teacher_name: str, student_name: str, split: GroupSplit) -> tuple[dict, str, dict]:
+    """Table 16 rows (teacher, student) x (trained, held-out groups) over the base forms.
+
+    Each row reads the synonym pairs and the inverse pairs of its own side of the group split,
+    so the held-out rows measure groups that reached no loss term; effective dimension and
+    hubness are properties of the whole bank and repeat across a model's rows.
+    """
+    strings = base_strings()
+    splits = {"trained": "trained", "held-out": "heldout"}
     reports, rows = {}, []
     for label, name in (("teacher", teacher_name), ("student", student_name)):
         bank = build_bank(strings, name)
-        for split, pairs in splits.items():
+        for split_name, side in splits.items():
+            pairs = split.inverse_pairs(side)
             if not pairs:
                 continue
-            rep = geometry_report(bank, groups, pairs)
-            reports[f"{label}/{split}"] = rep
-            rows.append((f"{label} ({name.split(':')[0]}), {split} inverse pairs", rep))
-    acceptance = {split: _passes(reports[f"student/{split}"], reports[f"teacher/{split}"])
-                  for split in splits if f"student/{split}" in reports}
+            rep = geometry_report(bank, split.synonym_groups(side), pairs)
+            reports[f"{label}/{split_name}"] = rep
+            rows.append((f"{label} ({name.split(':')[0]}), {split_name} groups", rep))
+    acceptance = {s: _passes(reports[f"student/{s}"], reports[f"teacher/{s}"])
+                  for s in splits if f"student/{s}" in reports}
     return reports, render_markdown(rows), acceptance

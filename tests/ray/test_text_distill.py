@@ -25,7 +25,7 @@ def test_distill_text_tiny_run(ray_session, tmp_path):
     assert res.reports["student/trained"]["dim"] == 32 and res.reports["teacher/trained"]["dim"] == 384
     assert all(math.isfinite(v) for r in res.reports.values() for v in r.values() if isinstance(v, float))
     assert set(res.acceptance) == {"trained", "held-out"}
-    assert "| student (student), held-out inverse pairs | 32 |" in res.markdown
+    assert "| student (student), held-out groups | 32 |" in res.markdown
     assert res.history and res.history[-1]["epoch"] == 1 and res.history[-1]["step"] > 0
     # Antonym repulsion acts on the trained pairs even in a two-epoch run.
     assert res.reports["student/trained"]["inv_cos"] < res.reports["teacher/trained"]["inv_cos"]
