@@ -130,6 +130,44 @@ def test_sgb_image_order_must_align_and_strangers_are_refused(tmp_path, monkeypa
         parse_args(["--from", "sgb", "--input", src])
 
 
+def test_sgb_on_a_native_vg150_folder_in_one_command(tmp_path, monkeypatch):
+    # A VG150 folder in SGB's own layout (h5 + dicts + image_data, relate.data.export), two test
+    # images; the SGB output lists them in the h5's order: "on" for T1 (GT on), "near" for T2 (GT
+    # near) -> R@1 = 1; read in the wrong order both would miss (0). Labels and predicates are the
+    # dicts' 1-based indices, each pair's scores column 0 the background.
+    import torch
+
+    from relate.data.export import write_vg150
+
+    boxes = [_box(8, 8, 48, 48, "man"), _box(100, 100, 140, 160, "horse")]
+    rows = [{"image_id": i, "uri": f"mem://{i}", "width": 256, "height": 256, "source": "t", "split": sp,
+             "boxes": boxes, "relations": [_rel(0, 1, p)]} for i, sp, p in
+            (("T0", "train", "near"), ("T1", "test", "on"), ("T2", "test", "near"))]
+    root = write_vg150(to_table(rows, CORPUS_SCHEMA), tmp_path / "vg150")
+    dicts = json.loads((root / "VG-SGG-dicts-with-attri.json").read_text())
+    lab, pred = dicts["label_to_idx"], dicts["predicate_to_idx"]
+    BoxList = _boxlist_module(monkeypatch)
+    out = []
+    for p in ("on", "near"):
+        b = BoxList([[8, 8, 48, 48], [100, 100, 140, 160]], (256, 256))
+        b.add_field("pred_labels", torch.tensor([lab["man"], lab["horse"]]))
+        b.add_field("pred_scores", torch.tensor([1.0, 1.0]))
+        b.add_field("rel_pair_idxs", torch.tensor([[0, 1]]))
+        scores = torch.zeros(1, len(pred) + 1)
+        scores[0, pred[p]] = .9
+        b.add_field("pred_rel_scores", scores)
+        out.append(b)
+    torch.save({"groundtruths": [], "predictions": out}, tmp_path / "eval_results.pytorch")
+    for name in ("maskrcnn_benchmark", "maskrcnn_benchmark.structures", "maskrcnn_benchmark.structures.bounding_box"):
+        monkeypatch.delitem(sys.modules, name)
+    res = main(parse_args(["--from", "sgb", "--input", str(tmp_path / "eval_results.pytorch"),
+                           "--dicts", str(root / "VG-SGG-dicts-with-attri.json"), "--benchmark-reader", "vg150",
+                           "--benchmark-path", str(root), "--out", str(tmp_path / "sg.parquet"), "--score", "--ks", "1"]))
+    assert res["images"] == 2
+    assert res["scores"]["graph_constrained"]["R@1"] == 1.0
+    assert pq.read_table(tmp_path / "sg.parquet").column("image_id").to_pylist() == ["T1", "T2"]
+
+
 # ------------------------------------------------------------------ openpsg
 
 def test_openpsg_submission_boxes_from_the_panoptic_png(tmp_path):
