@@ -12,7 +12,10 @@ to the full recipe. Meant for a corpus where both terms can act, the positive-un
 ``--world`` reads the sources' scopes from the world config (``data.source_scopes``); further
 ``--set key=value`` pairs go to every training run (e.g. ``--set optim.max_steps=200``). Each run
 is a normal ``train_jobs.train_relation`` run under ``<out>/train``; ``ablation.json`` and
-``ablation.md`` are written to ``<out>``.
+``ablation.md`` are written to ``<out>``. Each finished run's test figures are kept in
+``<out>/runs/<arm>-seed<seed>.json`` with the settings that produced them, so an interrupted
+ablation, or one given more seeds, trains only what is missing; a run whose settings differ is
+trained again.
 """
 
 from __future__ import annotations
@@ -72,6 +75,19 @@ def tabulate(runs: dict[str, dict[int, dict[str, float]]], keys: Sequence[str]) 
     return summary, "\n".join(lines) + "\n"
 
 
+def run_settings(overrides: Sequence[str]) -> list[str]:
+    """The overrides that decide a run's figures (where it is stored and its name do not)."""
+    return sorted(o for o in overrides if not o.startswith(("run.storage_path=", "run.name=")))
+
+
+def load_finished(path: Path, settings: Sequence[str]) -> dict[str, float] | None:
+    """A finished run's test figures, if ``path`` holds them for exactly these settings."""
+    if not path.is_file():
+        return None
+    saved = json.loads(path.read_text())
+    return saved["test"] if saved.get("settings") == list(settings) else None
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus-root", required=True)
@@ -101,9 +117,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
             over = [f"data.corpus_root={Path(args.corpus_root).resolve()}", f"run.storage_path={out / 'train'}",
                     f"run.name={arm}-seed{seed}", f"run.seed={seed}", f"loss.pu_discount={str(discount).lower()}",
                     f"loss.source_negatives={str(masks).lower()}", "run.calibrate=false", *scopes, *args.overrides]
-            print(f"[ablate] {arm} seed {seed}", flush=True)
-            res = train(load_config(TrainRelationConfig, args.config, over))
-            runs.setdefault(arm, {})[seed] = {k: float(v) for k, v in res.test.items()}
+            done_file = out / "runs" / f"{arm}-seed{seed}.json"
+            settings = run_settings([f"config={Path(args.config).resolve()}", *over])
+            test = load_finished(done_file, settings)
+            if test is not None:
+                print(f"[ablate] {arm} seed {seed}: finished earlier ({done_file})", flush=True)
+            else:
+                print(f"[ablate] {arm} seed {seed}", flush=True)
+                res = train(load_config(TrainRelationConfig, args.config, over))
+                test = {k: float(v) for k, v in res.test.items()}
+                done_file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = done_file.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"settings": settings, "test": test}, indent=1))
+                tmp.replace(done_file)  # atomic: a crash never leaves a half-written result
+            runs.setdefault(arm, {})[seed] = test
     families = sorted({k for by in runs.values() for fig in by.values() for k in fig
                        if k.startswith("model/syn/family/")})
     keys = ["model/syn/mR@50", "model/syn/R@50", *families]

@@ -3,12 +3,13 @@ recipe, checked against scipy.stats and hand arithmetic."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 from scipy import stats
 
-from train_jobs.ablate_recipe import _world_fields, mean_interval, tabulate
+from train_jobs.ablate_recipe import _world_fields, load_finished, mean_interval, run_settings, tabulate
 
 
 def test_mean_interval_matches_scipy_t_interval():
@@ -36,3 +37,14 @@ def test_world_fields_keep_only_the_world_settings(tmp_path):
     p = tmp_path / "w.yaml"
     p.write_text("out_dir: /x\nmulti_label: 0.3\nsources:\n  - {name: a, share: 1.0, families: null}\n")
     assert _world_fields(str(p)) == {"multi_label": 0.3, "sources": [{"name": "a", "share": 1.0, "families": None}]}
+
+
+def test_finished_runs_are_reused_only_under_the_same_settings(tmp_path):
+    a = run_settings(["run.storage_path=/x/train", "run.name=full-seed0", "run.seed=0", "loss.pu_discount=true"])
+    b = run_settings(["run.storage_path=/y/train", "run.name=other", "loss.pu_discount=true", "run.seed=0"])
+    assert a == b == ["loss.pu_discount=true", "run.seed=0"]  # storage and name do not change the figures
+    f = tmp_path / "full-seed0.json"
+    assert load_finished(f, a) is None
+    f.write_text(json.dumps({"settings": a, "test": {"model/syn/mR@50": 0.5}}))
+    assert load_finished(f, a) == {"model/syn/mR@50": 0.5}
+    assert load_finished(f, run_settings(["run.seed=0", "loss.pu_discount=false"])) is None
