@@ -56,15 +56,34 @@ def _codes(values: np.ndarray, table: dict) -> np.ndarray:
 
 
 def _links(gt: GroundTruth, box_offsets: np.ndarray, boxes: np.ndarray, labels: np.ndarray,
-           iou_threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every (image, predicted box, GT box) with equal labels and IoU >= threshold (no one-to-one)."""
+           iou_threshold: float, chunk: int = 1 << 22) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (image, predicted box, GT box) with equal labels and IoU >= threshold (no one-to-one).
+
+    All box pairs of an image are compared; images go in blocks of about ``chunk`` pairs, so an
+    sgdet output (80 detections x dozens of GT boxes x 26k images) never holds them all at once.
+    """
     table: dict = {}
     gl, pl = _codes(gt.categories, table), _codes(labels, table)
     ng, npb = gt.n_boxes, np.diff(box_offsets)
+    cum = np.concatenate([[0], np.cumsum(ng * npb)])
+    out, lo = [], 0
+    while lo < gt.n_images:
+        hi = max(lo + 1, int(np.searchsorted(cum, cum[lo] + chunk, side="right")) - 1)
+        out.append(_links_block(gt, box_offsets, boxes, gl, pl, np.arange(lo, min(hi, gt.n_images)), iou_threshold))
+        lo = hi
+    if not out:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return tuple(np.concatenate(x) for x in zip(*out))  # type: ignore[return-value]
+
+
+def _links_block(gt: GroundTruth, box_offsets: np.ndarray, boxes: np.ndarray, gl: np.ndarray, pl: np.ndarray,
+                 images: np.ndarray, iou_threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ng, npb = gt.n_boxes[images], np.diff(box_offsets)[images]
     cnt = ng * npb
-    img = np.repeat(np.arange(gt.n_images, dtype=np.int64), cnt)
-    t = np.arange(img.size, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    pi, gi = t // np.maximum(ng[img], 1), t % np.maximum(ng[img], 1)
+    k = np.repeat(np.arange(images.size, dtype=np.int64), cnt)
+    t = np.arange(k.size, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    img = images[k]
+    pi, gi = t // np.maximum(ng[k], 1), t % np.maximum(ng[k], 1)
     pb, gb = box_offsets[img] + pi, gt.box_offsets[img] + gi
     ok = pl[pb] == gl[gb]
     img, pi, gi, pb, gb = img[ok], pi[ok], gi[ok], pb[ok], gb[ok]

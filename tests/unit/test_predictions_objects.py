@@ -322,3 +322,17 @@ def test_integer_sort_key_orders_like_a_float_lexsort():
     g = rng.integers(0, 5, 400)
     want = np.lexsort((np.arange(400), -x.astype(np.float64), g))
     assert np.array_equal(np.argsort(_desc_key(g, x), kind="stable"), want)
+
+
+def test_box_links_are_the_same_in_blocks_of_images():
+    # A and C: the two objects are the GT boxes (2 links each); B has no GT box (no link). Blocks of
+    # one box pair at a time must find the same 4 links as one block.
+    from relate.metrics.sgb import _links
+
+    gt = _gt([_img("A", GT_BOXES[:2], [_rel(0, 1, "on")]), _img("B", []), _img("C", GT_BOXES[:2], [_rel(1, 0, "on")])])
+    objs = [_obj(*MAN, "man"), _obj(*HORSE, "horse")]
+    sg = load_scene_graphs(_table([_row("A", objs), _row("B", objs[:1]), _row("C", objs)]), gt)
+    args = (gt, sg.objects.box_offsets, sg.objects.boxes, sg.objects.categories, .5)
+    whole, blocks = _links(*args), _links(*args, chunk=1)
+    assert [x.tolist() for x in whole] == [[0, 0, 2, 2], [0, 1, 0, 1], [0, 1, 0, 1]]
+    assert all(np.array_equal(a, b) for a, b in zip(whole, blocks))
