@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from relate.config import StrictConfig
 from relate.losses import PredicateSpace, fit_synonym_weighting
@@ -28,7 +28,11 @@ class DataConfig(StrictConfig):
     corpus_root: str = Field("runs/synthetic", description="folder holding corpus/<split>/*.parquet")
     predicates: Literal["synthetic_lexicon", "text_resources"] = Field(
         "synthetic_lexicon", description="where synonym groups, inverses and directional flags come from")
-    text_encoder: str = Field("minilm", description="frozen text encoder of the bank (relate.text registry)")
+    text_encoder: str = Field("minilm", description="frozen text encoder of the bank (relate.text registry): 'minilm', "
+                              "'hf:...', 'open_clip:...', or 'student:<folder>' for a student distilled by "
+                              "train_jobs.distill_text (the paper trains against its 512-d student; model.text_dim "
+                              "must equal the student's dim). A relative student folder is resolved to an absolute "
+                              "path, so the name the checkpoint records loads from any working directory")
     heldout_form: int | None = Field(2, ge=0, description="surface form index per group kept out of the training "
                                      "bank (scored only at test time, as an unseen vocabulary); None keeps all")
     cooccurrence: str = Field("estimate", description="P(q|p) of Eq. 3: 'estimate' fits it on the training split's "
@@ -46,6 +50,22 @@ class DataConfig(StrictConfig):
     max_relations: int = Field(64, ge=1, description="relations per image kept")
     decode_concurrency: int = Field(1, ge=1, description="Ray Data decode tasks in flight")
     decode_cpus: float = Field(0.25, gt=0, description="CPUs per decode task (fractional on small machines)")
+
+    @field_validator("text_encoder")
+    @classmethod
+    def _encoder_name(cls, name: str) -> str:
+        return _absolute_student(name.strip())
+
+
+def _absolute_student(name: str) -> str:
+    """'student:runs/x' -> 'student:/abs/runs/x'; other encoder names unchanged. The folder itself is
+    checked when the bank is built (relate.text.student names what is missing)."""
+    from relate.text.encoders import split_encoder_name
+
+    scheme, arg = split_encoder_name(name)
+    if scheme != "student" or not arg or "://" in arg:
+        return name
+    return f"student:{Path(arg).expanduser().resolve()}"
 
 
 def concept_key(predicate: str, mode: str) -> str:
