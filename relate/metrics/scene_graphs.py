@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from relate.metrics._boxmatch import Detections
 from relate.metrics._tables import GroundTruth, Predictions, _np, encode_strings
 from relate.metrics.recall import RecallResult, evaluate_recall
-from relate.metrics.sgb import (PROTOCOLS, _kth_largest_per_block, _label_set, sgb_aggregate, sgb_credit,
+from relate.metrics.sgb import (PROTOCOLS, _kth_largest_per_block, _label_set, credit, credit_index, sgb_aggregate,
                                 sgb_rank_dense)
 from relate.schema import (SCENE_GRAPHS_SCHEMA, SchemaError, scene_graph_predicates, scene_graphs_schema, to_table,
                            validate_scene_graphs)
@@ -189,18 +189,28 @@ def evaluate_scene_graphs(gt: GroundTruth, sg: SceneGraphs, *, ks: Sequence[int]
 
 
 def _sgb_dense(gt: GroundTruth, sg: SceneGraphs, ks: tuple[int, ...], graph_constrained: bool,
-               predicates: Sequence[str] | None, iou_threshold: float) -> RecallResult:
+               predicates: Sequence[str] | None, iou_threshold: float, block_pairs: int = 1 << 20) -> RecallResult:
+    """Rank and credit image blocks of about ``block_pairs`` pairs at a time (both are per image),
+    so the unconstrained product matrix never covers a whole sgdet output at once."""
     label_set, index, gli = _label_set(gt, predicates)
     lab = np.array([index.get(str(p), -1) for p in sg.predicates.tolist()], dtype=np.int64)
     keep = np.flatnonzero(lab >= 0)
     keep = keep[np.argsort(lab[keep], kind="stable")]  # columns in label order: argmax ties -> lowest label
     scores = sg.scores if np.array_equal(keep, np.arange(lab.size)) else np.ascontiguousarray(sg.scores[:, keep])
     s, o = _pair_scores(sg)
-    pr, col, rank = sgb_rank_dense(sg.pair_offsets, sg.pair_image, s, o, scores,
-                                   graph_constrained=graph_constrained, max_k=ks[-1])
-    boxes = (sg.objects.box_offsets, sg.objects.boxes, sg.objects.categories)
-    hit = sgb_credit(gt, gli, len(label_set), boxes, sg.pair_image[pr], sg.pair_subject[pr], sg.pair_object[pr],
-                     lab[keep][col], rank, iou_threshold)
+    ix = credit_index(gt, gli, len(label_set), (sg.objects.box_offsets, sg.objects.boxes, sg.objects.categories),
+                      iou_threshold)
+    hit = np.full(gt.rel_image.size, np.inf)
+    off, lo = sg.pair_offsets, 0
+    while lo < off.size - 1:
+        hi = min(max(lo + 1, int(np.searchsorted(off, off[lo] + block_pairs, side="right")) - 1), off.size - 1)
+        a, b = int(off[lo]), int(off[hi])
+        pr, col, rank = sgb_rank_dense(off[lo:hi + 1] - a, sg.pair_image[a:b], s[a:b], o[a:b], scores[a:b],
+                                       graph_constrained=graph_constrained, max_k=ks[-1])
+        pr = pr + a
+        hit = np.fmin(hit, credit(ix, gt.rel_image.size, sg.pair_image[pr], sg.pair_subject[pr],
+                                  sg.pair_object[pr], lab[keep][col], rank))
+        lo = hi
     pair_img = sg.pair_image if keep.size else np.zeros(0, np.int64)
     metrics, per_pred, sup, n_cls = sgb_aggregate(gt, gli, hit, pair_img, label_set, ks,
                                                   n_unscored=int(sg.scores.shape[0] * (lab.size - keep.size)))

@@ -26,13 +26,14 @@ Each rule below names where it comes from; the paper's protocol lives in ``recal
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from relate.metrics._tables import GroundTruth, Predictions, expand_join
 
-__all__ = ["PROTOCOLS", "SGB_NOGC_CAP", "sgb_iou", "sgb_rank", "sgb_recall", "sgb_credit", "sgb_aggregate",
+__all__ = ["PROTOCOLS", "SGB_NOGC_CAP", "sgb_iou", "sgb_rank", "sgb_recall", "sgb_credit", "sgb_aggregate", "CreditIndex", "credit_index", "credit",
            "sgb_rank_dense"]
 
 PROTOCOLS = ("paper", "sgb")
@@ -186,28 +187,53 @@ def _label_set(gt: GroundTruth, predicates: Sequence[str] | None) -> tuple[list,
     return label_set, index, gli
 
 
-def sgb_credit(gt: GroundTruth, gli: np.ndarray, P: int, boxes: tuple[np.ndarray, np.ndarray, np.ndarray],
-               img: np.ndarray, sub: np.ndarray, obj: np.ndarray, lab: np.ndarray, rank: np.ndarray,
-               iou_threshold: float) -> np.ndarray:
-    """Best (lowest) rank at which each GT row is credited, inf if never: every ranked entry
-    (image, subject box, object box, label index, rank) credits each GT row whose predicate is its
-    label and whose two boxes it links to by label and IoU (many-to-many)."""
+@dataclass(frozen=True)
+class CreditIndex:
+    """What crediting needs from the GT and the scored boxes, sorted once: every label-and-IoU
+    link keyed by (image, scored box), and every GT row keyed by (image, s, o, label)."""
+
+    B: int
+    P: int
+    link_key: np.ndarray    # sorted image * B + scored box
+    link_gt: np.ndarray     # the GT box of each link, same order
+    gt_key: np.ndarray      # sorted ((image * B + s) * B + o) * P + label of each GT row
+    gt_row: np.ndarray      # the GT row of each, same order
+
+
+def credit_index(gt: GroundTruth, gli: np.ndarray, P: int, boxes: tuple[np.ndarray, np.ndarray, np.ndarray],
+                 iou_threshold: float) -> CreditIndex:
     off, xyxy, labels = boxes
     limg, lp, lg = _links(gt, off, xyxy, labels, iou_threshold)
     B = int(max(gt.max_boxes, int(np.diff(off).max(initial=0)), 1))
     lkey = limg * B + lp
     lorder = np.argsort(lkey, kind="stable")
-    r1, j1 = expand_join(img * B + sub, lkey[lorder])
-    r2, j2 = expand_join(img[r1] * B + obj[r1], lkey[lorder])
-    row, gs, go = r1[r2], lg[lorder[j1[r2]]], lg[lorder[j2]]
     gkey = ((gt.rel_image * B + gt.rel_subject) * B + gt.rel_object) * max(P, 1) + gli
     gorder = np.argsort(gkey, kind="stable")
-    ckey = ((img[row] * B + gs) * B + go) * max(P, 1) + lab[row]
-    pos = np.minimum(np.searchsorted(gkey[gorder], ckey), max(gkey.size - 1, 0))
-    ok = gkey[gorder][pos] == ckey if gkey.size else np.zeros(ckey.size, bool)
-    hit_rank = np.full(gt.rel_image.size, np.inf)
-    np.minimum.at(hit_rank, gorder[pos[ok]], rank[row[ok]].astype(np.float64))
+    return CreditIndex(B, max(P, 1), lkey[lorder], lg[lorder], gkey[gorder], gorder)
+
+
+def credit(ix: CreditIndex, n_rows: int, img: np.ndarray, sub: np.ndarray, obj: np.ndarray, lab: np.ndarray,
+           rank: np.ndarray) -> np.ndarray:
+    """Best (lowest) rank at which each of the ``n_rows`` GT rows is credited, inf if never: every
+    ranked entry (image, subject box, object box, label index, rank) credits each GT row whose
+    predicate is its label and whose two boxes it links to by label and IoU (many-to-many)."""
+    B = ix.B
+    r1, j1 = expand_join(img * B + sub, ix.link_key)
+    r2, j2 = expand_join(img[r1] * B + obj[r1], ix.link_key)
+    row, gs, go = r1[r2], ix.link_gt[j1[r2]], ix.link_gt[j2]
+    ckey = ((img[row] * B + gs) * B + go) * ix.P + lab[row]
+    pos = np.minimum(np.searchsorted(ix.gt_key, ckey), max(ix.gt_key.size - 1, 0))
+    ok = ix.gt_key[pos] == ckey if ix.gt_key.size else np.zeros(ckey.size, bool)
+    hit_rank = np.full(n_rows, np.inf)
+    np.minimum.at(hit_rank, ix.gt_row[pos[ok]], rank[row[ok]].astype(np.float64))
     return hit_rank
+
+
+def sgb_credit(gt: GroundTruth, gli: np.ndarray, P: int, boxes: tuple[np.ndarray, np.ndarray, np.ndarray],
+               img: np.ndarray, sub: np.ndarray, obj: np.ndarray, lab: np.ndarray, rank: np.ndarray,
+               iou_threshold: float) -> np.ndarray:
+    """:func:`credit` through a fresh :func:`credit_index` of ``boxes`` (one call, one index)."""
+    return credit(credit_index(gt, gli, P, boxes, iou_threshold), gt.rel_image.size, img, sub, obj, lab, rank)
 
 
 def sgb_aggregate(gt: GroundTruth, gli: np.ndarray, hit_rank: np.ndarray, pair_img: np.ndarray, label_set: list,
