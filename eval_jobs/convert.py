@@ -25,7 +25,8 @@ Formats (``--from``):
                without ``objects`` the indices are the benchmark's GT boxes (predcls). Strings are
                mapped onto the benchmark's predicates in the text space at the calibrated synonym
                threshold (relate.metrics.openvocab); unmapped strings are dropped, counted and listed
-               in ``<out>.report.json``. Without a score, list position r of n scores 1 - r / n.
+               in ``<out>.report.json``, as are answers naming no usable pair (a box index the image
+               lacks, a non-integer, subject == object). Without a score, position r of n scores 1 - r / n.
 
 The image order of ``sgb`` and ``openpsg`` outputs is their dataset's: the benchmark reader (or
 ``--image-ids``) supplies the image_id of each position, and a count mismatch is an error.

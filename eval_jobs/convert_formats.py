@@ -196,13 +196,22 @@ def _vlm_lines(path: str) -> list[dict]:
     return rows
 
 
+def _unusable(t: dict, n_boxes: int) -> str | None:
+    s, o = t["subject"], t["object"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (s, o)):
+        return "index not an integer"
+    if not (0 <= s < n_boxes and 0 <= o < n_boxes):
+        return "index out of range"
+    return "subject == object" if s == o else None
+
+
 def read_vlm(path: str, bench, embed, matcher) -> tuple[list[str], list[dict], dict]:
     """(image ids, per-image dicts with mapped sparse triplets, the mapping report)."""
     rows = _vlm_lines(path)
     gt = {r["image_id"]: r["boxes"] for r in bench.corpus.select(["image_id", "boxes"]).to_pylist()}
     counts = Counter(str(t["predicate"]) for r in rows for t in r["triplets"])
     mapping = map_predicates(sorted(counts), list(bench.predicates), embed, matcher)
-    ids, images = [], []
+    ids, images, dropped = [], [], Counter()
     for r in rows:
         iid = str(r["image_id"])
         if "objects" in r:
@@ -216,14 +225,21 @@ def read_vlm(path: str, bench, embed, matcher) -> tuple[list[str], list[dict], d
         else:
             raise SchemaError(f"{path}: image_id {iid!r} has no 'objects' and is not in the benchmark")
         rank = ranked_scores(len(r["triplets"]))
-        im["triplets"] = [(t["subject"], t["object"], mapping[str(t["predicate"])], t.get("score", x))
-                          for t, x in zip(r["triplets"], rank) if mapping[str(t["predicate"])] is not None]
+        im["triplets"] = []
+        for t, x in zip(r["triplets"], rank):
+            why = _unusable(t, len(im["labels"]))
+            if why:  # a free-text answer naming a box the image lacks, or the box itself: counted
+                dropped[why] += 1
+            elif mapping[str(t["predicate"])] is not None:
+                im["triplets"].append((int(t["subject"]), int(t["object"]), mapping[str(t["predicate"])],
+                                       float(t.get("score", x))))
         ids.append(iid)
         images.append(im)
     unmapped = {s: c for s, c in counts.most_common() if mapping[s] is None}
     report = {"threshold": matcher.threshold, "space": matcher.space, "n_triplets": sum(counts.values()),
               "n_unmapped_triplets": sum(unmapped.values()), "n_strings": len(counts),
-              "unmapped": unmapped, "mapping": {s: p for s, p in mapping.items() if p is not None}}
+              "unmapped": unmapped, "mapping": {s: p for s, p in mapping.items() if p is not None},
+              "dropped": dict(dropped)}
     return ids, images, report
 
 

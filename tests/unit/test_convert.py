@@ -256,7 +256,8 @@ def test_vlm_strings_map_at_the_calibrated_threshold_and_unmapped_are_counted(tm
     lines = [{"image_id": "A", "triplets": [
         {"subject": 0, "object": 1, "predicate": "flying over the rainbow quickly"},
         {"subject": 1, "object": 0, "predicate": "beside"},
-        {"subject": 0, "object": 1, "predicate": "is holding"}]},
+        {"subject": 0, "object": 1, "predicate": "is holding"}, {"subject": 1, "object": 1, "predicate": "on"},
+        {"subject": 0, "object": 7, "predicate": "on"}, {"subject": "man", "object": 1, "predicate": "on"}]},
         {"image_id": "B", "triplets": [{"subject": 1, "object": 0, "predicate": "flying over the rainbow quickly",
                                         "score": .9}, {"subject": 0, "object": 1, "predicate": "ON ", "score": .8}]}]
     src = tmp_path / "vlm.jsonl"
@@ -267,11 +268,13 @@ def test_vlm_strings_map_at_the_calibrated_threshold_and_unmapped_are_counted(tm
     report = json.loads(open(out + ".report.json").read())
     assert 0.25 < report["threshold"] < 0.6
     assert report["unmapped"] == {"flying over the rainbow quickly": 2} and report["n_unmapped_triplets"] == 2
-    assert report["mapping"] == {"ON ": "on", "beside": "next to", "is holding": "holding"}
+    assert report["mapping"] == {"ON ": "on", "beside": "next to", "is holding": "holding", "on": "on"}
     assert res["unmapped"]["triplets"] == 2 and res["triplets"] == 3
-    # A: "beside" (list position 1 of 3) scores 1 - 1/3 and ranks above "is holding" (1 - 2/3): R@1
+    # three answers name no usable pair and are dropped, counted by reason
+    assert report["dropped"] == {"subject == object": 1, "index out of range": 1, "index not an integer": 1}
+    # A: "beside" (list position 1 of 6) scores 1 - 1/6 and ranks above "is holding" (1 - 2/6): R@1
     # finds horse next to man only (1/2), R@2 both (1). B: "ON " on (0,1) -> R@1 = 1. sgb: R@1 = .75.
     gc = res["scores"]["graph_constrained"]
     assert (gc["R@1"], gc["R@2"]) == (pytest.approx(0.75), 1.0)
     tri = pq.read_table(out).column("triplets").to_pylist()[0]
-    assert [(t["predicate"], round(t["score"], 4)) for t in tri] == [("next to", round(2 / 3, 4)), ("holding", round(1 / 3, 4))]
+    assert [(t["predicate"], round(t["score"], 4)) for t in tri] == [("next to", round(5 / 6, 4)), ("holding", round(4 / 6, 4))]
