@@ -10,8 +10,8 @@ Formats (``--from``):
                of BoxLists. Per image: ``bbox`` (xyxy pixels of the original image), ``pred_labels``,
                ``pred_scores``, ``rel_pair_idxs`` and ``pred_rel_scores`` (column 0 = background,
                dropped); labels and predicates are named by the dataset's dicts JSON. The pair
-               scores stay dense. The file is read with torch (imported here only) through an
-               unpickler that admits tensors and stands in for maskrcnn_benchmark's classes.
+               scores stay dense. The file is read by torch's weights-only loader (torch imported
+               for this format only), with a stand-in for SGB's BoxList class.
 * ``openpsg``  an OpenPSG submission folder: ``relation.json`` (per test image, in the dataset's
                order: ``relations`` [subject, object, predicate] ranked best first, ``segments_info``
                with 1-based ``category_id``, ``pan_seg_file_name``) and ``panseg/*.png``. Boxes are

@@ -3,15 +3,15 @@
 Each returns per-image dicts of numpy arrays (``boxes`` (n, 4) pixels, ``labels``, ``scores``, and
 ``pairs`` (m, 2) with dense ``pair_scores`` (m, P) and/or sparse ``triplets``) and the predicate
 list naming the score columns; eval_jobs.convert turns them into the scene-graphs layout. Pickled
-outputs are read through an unpickler that admits arrays and containers only and stands in for the
-producing project's classes (its code is not needed, and nothing else in the file is executed).
+outputs are read by unpicklers that admit tensors, arrays and containers only (torch's weights-only
+loader for SGB's files, a named allowlist for OpenPSG's) and stand in for the producing project's
+classes: its code is not needed, and nothing else in the file is executed.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
-import types
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
@@ -30,8 +30,12 @@ def ranked_scores(n: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- sgb
 
-_ALLOWED = {"torch", "numpy", "collections", "_codecs", "copyreg"}
-_BUILTINS = {"set", "frozenset", "slice", "complex"}
+# what a pickle of numpy arrays and plain containers needs, by name; nothing callable beyond it
+_ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+            ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy", "ndarray"),
+            ("numpy", "dtype"), ("_codecs", "encode"), ("copyreg", "_reconstructor"), ("builtins", "object"),
+            ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex"),
+            ("collections", "OrderedDict")}
 
 
 class _StandIn:
@@ -40,26 +44,34 @@ class _StandIn:
 
 
 def _unpickler(path: str, foreign: str) -> type:
-    """A pickle.Unpickler admitting tensors, numpy arrays and containers; classes of the package
+    """A pickle.Unpickler admitting numpy arrays and containers; classes of the package
     ``foreign`` become _StandIn objects; anything else is refused with the file's name."""
 
     class _Unpickler(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> Any:
-            top = module.split(".")[0]
-            if top == foreign:
+            if module.split(".")[0] == foreign:
                 return _StandIn
-            if top in _ALLOWED or (module == "builtins" and name in _BUILTINS):
+            if (module, name) in _ALLOWED or module == "numpy.dtypes":
                 return super().find_class(module, name)
             raise pickle.UnpicklingError(f"{path}: refusing to unpickle {module}.{name} (not a {foreign} output)")
 
     return _Unpickler
 
 
-def _torch_load(path: str, foreign: str) -> Any:
+def _torch_load(path: str, classes: Sequence[str]) -> Any:
+    """torch.load with torch's own weights-only unpickler (tensors and containers), where the
+    producing project's ``classes`` (dotted names) load as _StandIn objects holding their fields."""
     import torch  # only here: a torch-saved file needs torch's own loader
 
-    shim = types.SimpleNamespace(Unpickler=_unpickler(path, foreign), load=pickle.load, __name__="relate_restricted")
-    return torch.load(path, map_location="cpu", pickle_module=shim, weights_only=False)
+    stand_ins = [type(n.rpartition(".")[2], (_StandIn,), {"__module__": n.rpartition(".")[0],
+                                                          "__qualname__": n.rpartition(".")[2]}) for n in classes]
+    try:
+        with torch.serialization.safe_globals(stand_ins):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        msg = next((ln for ln in str(exc).splitlines() if "GLOBAL" in ln or "Unsupported" in ln), str(exc)[:300])
+        raise SchemaError(f"{path}: refusing to load it: it holds more than tensors, containers and "
+                          f"{list(classes)}: {msg.strip()}") from None
 
 
 def _arr(x: Any) -> np.ndarray:
@@ -72,7 +84,7 @@ def read_sgb(path: str, dicts: str) -> tuple[list[dict], list[str]]:
     idx_to_label = {int(k): v for k, v in d["idx_to_label"].items()}
     idx_to_pred = {int(k): v for k, v in d["idx_to_predicate"].items()}
     predicates = [idx_to_pred[i] for i in sorted(idx_to_pred)]
-    obj = _torch_load(path, "maskrcnn_benchmark")
+    obj = _torch_load(path, ["maskrcnn_benchmark.structures.bounding_box.BoxList"])
     preds = obj["predictions"] if isinstance(obj, dict) else obj
     images = []
     for i, b in enumerate(preds):

@@ -121,7 +121,7 @@ def test_sgb_image_order_must_align_and_strangers_are_refused(tmp_path, monkeypa
                               out=str(tmp_path / "o.parquet")))["images"] == 2
     bad = tmp_path / "bad.pytorch"
     torch.save({"predictions": [types.SimpleNamespace(x=1)]}, bad)
-    with pytest.raises(Exception, match="refusing to unpickle types.SimpleNamespace"):
+    with pytest.raises(SchemaError, match="refusing to load it.*types.SimpleNamespace"):
         main(ConvertConfig(source_format="sgb", input=str(bad), dicts=dicts, image_ids=str(ids),
                            out=str(tmp_path / "o.parquet")))
     with pytest.raises(ValueError, match="needs --dicts"):
@@ -242,6 +242,17 @@ def test_openpsg_pickled_results_keep_dense_scores(tmp_path, monkeypatch):
     assert res["pairs"] == 2 and (gc["R@1"], gc["R@2"]) == (0.0, 1.0)
     objs = pq.read_table(tmp_path / "sg.parquet").column("objects").to_pylist()[0]
     assert [(o["label"], o["score"]) for o in objs] == [("person", pytest.approx(.9)), ("horse", .5)]
+    # a pickle that calls anything beyond arrays and containers is refused, not run
+    import os
+
+    class Call:
+        def __reduce__(self):
+            return os.getcwd, ()
+
+    (tmp_path / "bad.pkl").write_bytes(pickle.dumps([Call()], protocol=2))
+    with pytest.raises(pickle.UnpicklingError, match="refusing to unpickle (posix|nt).getcwd"):
+        main(ConvertConfig(source_format="openpsg-pkl", input=str(tmp_path / "bad.pkl"), psg_json=str(psg),
+                           image_ids=str(ids), out=str(tmp_path / "o.parquet")))
 
 
 # ------------------------------------------------------------------ vlm
