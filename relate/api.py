@@ -300,10 +300,12 @@ class RelationPredictor:
         return pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA)
 
 
-def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8) -> RelationPredictor:
+def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8, filesystem=None) -> RelationPredictor:
     """Load a checkpoint (config, weights, bank, calibration) into a predictor, from a local folder or
-    a URI string (``s3://``, ``gs://``, ``file://``: see ``relate.checkpoint.load_checkpoint``)."""
+    a URI string (``s3://``, ``gs://``, ``file://``: see ``relate.checkpoint.load_checkpoint`` and, for
+    endpoints and credentials, ``relate.storage``), file digests verified. With a pyarrow ``filesystem``
+    (e.g. a Ray Train checkpoint's), ``source`` is a path on it."""
     from relate.checkpoint import load_checkpoint
 
-    ck = load_checkpoint(source, map_location="cpu")
+    ck = load_checkpoint(source, map_location="cpu", filesystem=filesystem)
     return RelationPredictor(ck.model, ck.bank, ck.calibration, device=device, batch_size=batch_size)

@@ -33,9 +33,10 @@ from safetensors.torch import load_file, save_file
 from relate.model.config import RelationModelConfig
 from relate.model.model import RelationModel, create_relation_model
 from relate.model.score import Calibration
+from relate.storage import is_uri, join, redact, resolve
 
 __all__ = ["CheckpointError", "LoadedCheckpoint", "save_checkpoint", "load_checkpoint", "write_calibration",
-           "CHECKPOINT_FORMAT"]
+           "local_copy", "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = "relate.relation_checkpoint.v1"
 _FILES = ("config.yaml", "model.safetensors", "text_bank.npz", "calibration.json", "meta.json")
@@ -101,36 +102,39 @@ def _verify_digests(folder: Path, where: str, meta: dict) -> None:
 
 
 @contextmanager
-def _local_folder(source: str | Path) -> Iterator[Path]:
-    """The checkpoint as a local folder: ``source`` itself, or a temporary copy of the files at a URI."""
-    if not (isinstance(source, str) and "://" in source):
+def local_copy(source: str | Path, filesystem=None) -> Iterator[Path]:
+    """The checkpoint as a local folder: ``source`` itself, or a temporary copy of its files at a URI
+    (or at a path on ``filesystem``, e.g. a Ray Train checkpoint's), removed on exit. Nothing is verified
+    here; ``load_checkpoint`` verifies what it reads."""
+    if filesystem is None and not is_uri(source):
         yield Path(source)
         return
     from pyarrow import fs as pafs
 
+    where = redact(str(source))
     try:
-        filesystem, root = pafs.FileSystem.from_uri(source)
-        infos = filesystem.get_file_info([f"{root.rstrip('/')}/{name}" for name in _FILES])
+        fs, root = resolve(source, filesystem)
+        infos = fs.get_file_info([f"{root.rstrip('/')}/{name}" for name in _FILES])
     except (ValueError, OSError) as exc:  # pyarrow: ArrowInvalid (a ValueError) for an unknown scheme
-        raise CheckpointError(f"{source}: cannot open the checkpoint URI: {exc}") from None
+        raise CheckpointError(f"{where}: cannot open the checkpoint URI: {exc}") from None
     missing = [name for name, info in zip(_FILES, infos) if info.type != pafs.FileType.File]
     if missing:
-        raise CheckpointError(f"{source}: not a relation checkpoint, missing {missing}")
+        raise CheckpointError(f"{where}: not a relation checkpoint, missing {missing}")
     with tempfile.TemporaryDirectory(prefix="relate-checkpoint-") as tmp:
         for name, info in zip(_FILES, infos):
             try:
-                with filesystem.open_input_stream(info.path) as src, open(Path(tmp) / name, "wb") as dst:
+                with fs.open_input_stream(info.path) as src, open(Path(tmp) / name, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
             except OSError as exc:
-                raise CheckpointError(f"{source}: cannot read {name}: {exc}") from None
+                raise CheckpointError(f"{where}: cannot read {name}: {exc}") from None
         yield Path(tmp)
 
 
-def load_checkpoint(source: str | Path, map_location: str = "cpu") -> LoadedCheckpoint:
-    """Load a checkpoint folder or URI: verify the file digests, rebuild the model from its config,
-    load weights strictly, verify the bank."""
-    with _local_folder(source) as folder:
-        return _load_folder(folder, str(source), map_location)
+def load_checkpoint(source: str | Path, map_location: str = "cpu", filesystem=None) -> LoadedCheckpoint:
+    """Load a checkpoint folder or URI (or a path on ``filesystem``): verify the file digests, rebuild
+    the model from its config, load weights strictly, verify the bank."""
+    with local_copy(source, filesystem) as folder:
+        return _load_folder(folder, redact(str(source)), map_location)
 
 
 def _load_folder(folder: Path, where: str, map_location: str) -> LoadedCheckpoint:
@@ -164,17 +168,46 @@ def _load_folder(folder: Path, where: str, map_location: str) -> LoadedCheckpoin
     return LoadedCheckpoint(model, bank, cal, cfg, meta["text_encoder"])
 
 
-def write_calibration(folder: str | Path, calibration: Calibration) -> Path:
-    """Install a Platt map into a local checkpoint folder: only ``calibration.json`` changes, replaced
-    atomically (a concurrent reader sees the old map or the new one); returns its path."""
-    if isinstance(folder, str) and "://" in folder:
-        raise CheckpointError(f"{folder}: write_calibration needs a local checkpoint folder, not a URI")
-    folder = Path(folder)
-    _read_meta(folder, str(folder))
+def write_calibration(target: str | Path, calibration: Calibration, filesystem=None,
+                      expect_meta: dict | None = None) -> str:
+    """Install a Platt map into a checkpoint (a local folder, a URI or a path on ``filesystem``): only
+    ``calibration.json`` changes, replaced atomically (a concurrent reader sees the old map or the new
+    one: a rename locally, a single-object write on an object store); returns its location.
+
+    ``meta.json`` is left as it is (``calibration.json`` carries no digest). ``expect_meta``, the
+    ``meta.json`` of the copy the map was fitted on, must still match the target's: a map is never
+    installed beside weights or a bank other than the ones it was fitted against.
+    """
     if calibration.fitted and calibration.a <= 0:
-        raise CheckpointError(f"{folder}: Platt slope a={calibration.a:.4g} is not positive; such a map would "
-                              "reverse the checkpoint's ranking, so it is not installed")
-    tmp = folder / ".calibration.json.tmp"
-    tmp.write_text(json.dumps(calibration.to_dict()))
-    tmp.replace(folder / "calibration.json")
-    return folder / "calibration.json"
+        raise CheckpointError(f"{redact(str(target))}: Platt slope a={calibration.a:.4g} is not positive; such a "
+                              "map would reverse the checkpoint's ranking, so it is not installed")
+    if filesystem is None and not is_uri(target):
+        folder = Path(target)
+        meta = _read_meta(folder, str(folder))
+        _check_same(meta, expect_meta, str(folder))
+        tmp = folder / ".calibration.json.tmp"
+        tmp.write_text(json.dumps(calibration.to_dict()))
+        tmp.replace(folder / "calibration.json")
+        return str(folder / "calibration.json")
+    where = redact(str(target))
+    try:
+        fs, root = resolve(target, filesystem)
+        root = root.rstrip("/")
+        with fs.open_input_stream(f"{root}/meta.json") as f:
+            meta = json.loads(f.read())
+    except (ValueError, OSError) as exc:
+        raise CheckpointError(f"{where}: not a readable relation checkpoint (meta.json): {exc}") from None
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{where}: format {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
+    _check_same(meta, expect_meta, where)
+    with fs.open_output_stream(f"{root}/calibration.json") as f:
+        f.write(json.dumps(calibration.to_dict()).encode())
+    return join(where, "calibration.json") if filesystem is None else f"{root}/calibration.json"
+
+
+def _check_same(meta: dict, expect: dict | None, where: str) -> None:
+    if expect is not None and (meta.get("sha256"), meta.get("bank_checksum")) != (expect.get("sha256"),
+                                                                                 expect.get("bank_checksum")):
+        raise CheckpointError(f"{where}: the weights or the text bank changed while the calibration was fitted "
+                              f"(meta.json records {meta.get('sha256')}, the fit saw {expect.get('sha256')}); "
+                              "not installed")

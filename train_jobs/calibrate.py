@@ -15,8 +15,11 @@ Cells on pairs the sampler pruned have no score and are left out. The out-of-fol
 honest ECE in the report; the map installed in ``calibration.json`` is then fitted on all cells.
 The output folder (default ``<checkpoint>/calibration/``) holds ``calibration_report.json``,
 ``calibration.json`` and ``reliability.png`` (raw sigmoid vs calibrated, hit rate per bin).
+A checkpoint at a URI (``s3://...``, ``gs://...``) is scored from a verified temporary copy; the
+map and the report folder are then written back beside it.
 
     python -m train_jobs.calibrate --checkpoint CKPT --on val --corpus-root runs/synthetic
+    python -m train_jobs.calibrate --checkpoint s3://bucket/runs/relation/checkpoint_000002 --on val
     python -m train_jobs.calibrate --checkpoint CKPT --on spatialsense:/data/spatialsense --set benchmark_split=test
 """
 
@@ -45,7 +48,8 @@ FIGURE_FILE = "reliability.png"
 
 
 class CalibrateConfig(StrictConfig):
-    checkpoint: str = Field(description="local checkpoint folder; its calibration.json is replaced by the fit")
+    checkpoint: str = Field(description="checkpoint: a local folder, or a URI (s3://, gs://, ...: relate.storage) "
+                            "fitted on a temporary local copy; its calibration.json is replaced by the fit")
     on: str = Field("val", description="what to fit on: a corpus split (train, val, test) under corpus_root, "
                     "against annotation hits; or READER:PATH of a benchmark with adjudicated negatives "
                     "(haystack, spatialsense, hico_det), against its labelled cells")
@@ -67,14 +71,12 @@ class CalibrateConfig(StrictConfig):
     seed: int = Field(0, description="seed of the folds and of cell subsampling")
     device: str = Field("auto", description="torch device for scoring ('auto': cuda when available, else cpu)")
     batch_size: int = Field(8, gt=0, description="images per forward pass")
-    out_dir: str | None = Field(None, description="report folder (default: <checkpoint>/calibration)")
+    out_dir: str | None = Field(None, description="report folder, local or a URI (default: <checkpoint>/calibration, "
+                                "uploaded beside a checkpoint at a URI)")
     install: bool = Field(True, description="write the fitted map into the checkpoint's calibration.json")
 
     @model_validator(mode="after")
     def _check(self) -> "CalibrateConfig":
-        if "://" in self.checkpoint:
-            raise ValueError(f"checkpoint={self.checkpoint!r}: calibration rewrites calibration.json in place and "
-                             "needs a local folder; copy the checkpoint locally first")
         if self.on not in SPLITS and ":" not in self.on:
             raise ValueError(f"on={self.on!r}: expected a corpus split {list(SPLITS)} or READER:PATH of a benchmark "
                              "with adjudicated negatives, e.g. haystack:/data/haystack")
@@ -257,14 +259,60 @@ def _draw(report: dict, path: Path) -> None:
 
 def main(cfg: CalibrateConfig) -> CalibrateResult:
     """Score, fit out-of-fold (for the ECE) and on all cells, write the report, figure and map."""
-    from scipy.special import expit
+    from relate.checkpoint import write_calibration
+    from relate.storage import is_uri
 
-    from relate.api import load_model
-    from relate.checkpoint import CheckpointError, write_calibration
-
+    if is_uri(cfg.checkpoint):
+        return _calibrate_copy(cfg)
     ckpt = Path(cfg.checkpoint)
     if not ckpt.is_dir():
         raise FileNotFoundError(f"checkpoint={cfg.checkpoint!r} is not a folder")
+    out = Path(cfg.out_dir) if cfg.out_dir else ckpt / "calibration"
+    res, problem = _fit(cfg, ckpt, str(ckpt.resolve()), out, lambda cal: write_calibration(ckpt, cal))
+    if problem is not None:
+        raise ValueError(problem)
+    return res
+
+
+def _calibrate_copy(cfg: CalibrateConfig, filesystem=None, name: str | None = None) -> CalibrateResult:
+    """A checkpoint at a URI (or at a path on ``filesystem``, called ``name`` in the report): fit on a
+    temporary local copy, then upload ``calibration.json`` (only if the weights and bank are still the
+    ones fitted on) and the report folder (default ``<checkpoint>/calibration``) beside it."""
+    from relate.checkpoint import local_copy, write_calibration
+    from relate.storage import is_uri, join, redact, resolve
+
+    where = name or redact(cfg.checkpoint)
+    remote_out = cfg.out_dir if cfg.out_dir and is_uri(cfg.out_dir) else None
+    upload = cfg.out_dir is None or remote_out is not None
+    shown = (redact(remote_out) if remote_out else join(where, "calibration")) if upload else None
+    with local_copy(cfg.checkpoint, filesystem) as copy:
+        seen = json.loads((copy / "meta.json").read_text())
+        out = copy / "calibration" if upload else Path(cfg.out_dir)
+        res, problem = _fit(cfg, copy, where, out, lambda cal: write_calibration(cfg.checkpoint, cal, filesystem,
+                                                                                  expect_meta=seen), shown)
+        if upload:
+            fs, root = resolve(remote_out or join(cfg.checkpoint, "calibration"), None if remote_out else filesystem)
+            fs.create_dir(root)
+            for f in sorted(out.iterdir()):
+                with fs.open_output_stream(f"{root.rstrip('/')}/{f.name}") as dst:
+                    dst.write(f.read_bytes())
+            res.report_path, res.figure_path = join(shown, REPORT_FILE), join(shown, FIGURE_FILE)
+    if problem is not None:
+        raise ValueError(problem)
+    return res
+
+
+def _fit(cfg: CalibrateConfig, ckpt: Path, where_ckpt: str, out: Path, install,
+         out_shown: str | None = None) -> tuple[CalibrateResult, str | None]:
+    """Fit on the local checkpoint folder ``ckpt``, write the report folder ``out`` (``out_shown``: where
+    it ends up, for messages), call ``install(cal)``; returns the result and the reason it was not
+    installed (None when it was, or was not asked)."""
+    from scipy.special import expit
+
+    from relate.api import load_model
+    from relate.checkpoint import CheckpointError
+    from relate.storage import join
+
     predictor = load_model(ckpt, device=_device(cfg.device), batch_size=cfg.batch_size)
     previous = predictor.calibration
     z, y, info = (split_cells if cfg.benchmark is None else benchmark_cells)(predictor, cfg)
@@ -276,7 +324,7 @@ def main(cfg: CalibrateConfig) -> CalibrateResult:
     oof = platt_out_of_fold(z, y, folds=cfg.folds, seed=cfg.seed, targets=cfg.targets)
     cal = fit_platt(z, y, targets=cfg.targets)
     fitted = expit(cal.a * z + cal.b)
-    report = {"checkpoint": str(ckpt.resolve()), "fitted_on": info, "n_cells": int(y.size),
+    report = {"checkpoint": where_ckpt, "fitted_on": info, "n_cells": int(y.size),
               "n_positive": int(y.sum()), "prevalence": float(y.mean()), "a": cal.a, "b": cal.b,
               "targets": cfg.targets, "folds": cfg.folds, "n_bins": cfg.bins,
               "ece_before": expected_calibration_error(raw, y, cfg.bins),
@@ -287,13 +335,13 @@ def main(cfg: CalibrateConfig) -> CalibrateResult:
               "previous": previous.to_dict(),
               "bins": {"before": _bins(raw, y, cfg.bins), "after": _bins(oof, y, cfg.bins),
                        "in_sample": _bins(fitted, y, cfg.bins)}}
-    out = Path(cfg.out_dir) if cfg.out_dir else ckpt / "calibration"
     out.mkdir(parents=True, exist_ok=True)
     report_path, figure_path = out / REPORT_FILE, out / FIGURE_FILE
+    shown = join(out_shown, REPORT_FILE) if out_shown else str(report_path)
     installed, problem = False, None
     if cfg.install:
         try:
-            write_calibration(ckpt, cal)
+            install(cal)
             installed = True
         except CheckpointError as exc:
             problem = str(exc)
@@ -303,18 +351,19 @@ def main(cfg: CalibrateConfig) -> CalibrateResult:
     _draw(report, figure_path)
     print(f"calibration on {where}: {report['n_cells']} cells, {report['n_positive']} positive; a={cal.a:.4g} "
           f"b={cal.b:.4g}; ECE raw {report['ece_before']:.4f} -> out-of-fold {report['ece_after']:.4f}; "
-          f"{'installed in ' + str(ckpt) if installed else 'not installed'}; report {report_path}", flush=True)
-    if problem is not None:
-        raise ValueError(f"{where}: {problem} (report in {report_path})")
-    return CalibrateResult(cal, report, str(report_path), str(figure_path), installed)
+          f"{'installed in ' + where_ckpt if installed else 'not installed'}; report {shown}", flush=True)
+    problem = None if problem is None else f"{where}: {problem} (report in {shown})"
+    return CalibrateResult(cal, report, str(report_path), str(figure_path), installed), problem
 
 
-def calibrate_checkpoint(folder: str | Path, data_cfg, split: str = "val", limit: int | None = None) -> dict:
-    """Fit and install the Platt map of a local checkpoint on a split of the training corpus
-    (``data_cfg``: the train job's DataConfig); returns the report."""
+def calibrate_checkpoint(folder: str | Path, data_cfg, split: str = "val", limit: int | None = None,
+                         filesystem=None, name: str | None = None) -> dict:
+    """Fit and install the Platt map of a checkpoint (a local folder, a URI, or a path on the pyarrow
+    ``filesystem`` such as a Ray Train checkpoint's, ``name`` being its URI for the report) on a split
+    of the training corpus (``data_cfg``: the train job's DataConfig); returns the report."""
     cfg = CalibrateConfig(checkpoint=str(folder), on=split, corpus_root=data_cfg.corpus_root,
                           predicates=data_cfg.predicates, limit=limit)
-    return main(cfg).report
+    return (main(cfg) if filesystem is None else _calibrate_copy(cfg, filesystem, name)).report
 
 
 def _cli(argv: list[str] | None = None) -> CalibrateResult:
@@ -323,7 +372,7 @@ def _cli(argv: list[str] | None = None) -> CalibrateResult:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", help="local checkpoint folder")
+    ap.add_argument("--checkpoint", help="checkpoint folder or URI (s3://bucket/run/checkpoint_...)")
     ap.add_argument("--on", help="corpus split (train, val, test) or READER:PATH of a benchmark with negatives")
     ap.add_argument("--corpus-root", help="folder holding corpus/<split>/*.parquet")
     ap.add_argument("--out", help="report folder (default: <checkpoint>/calibration)")

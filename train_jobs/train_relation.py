@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import re
-import signal
 import sys
 import tempfile
 import time
@@ -32,7 +29,9 @@ from relate.jobinfo import eta_seconds, format_seconds, run_name
 from relate.losses import LossConfig, PredicateSpace, force_mask, relation_objective
 from relate.model.config import RelationModelConfig
 from relate.placement import ResourcesConfig, scaling_config_kwargs
+from relate.storage import is_uri, join, redact, resolve, uri_for
 from train_jobs.relation_data import DataConfig, DecodeStage, build_space, evaluate_split
+from train_jobs.run_files import PROGRESS_LOG, ProgressLog, maybe_kill
 
 __all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "main",
            "resolve_storage_path", "progress_file"]
@@ -40,7 +39,6 @@ __all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationRe
 # Rank 0's step lines go through a logger, not print: inside a Ray Train worker, print is patched
 # to log *and* echo to the captured stdout, so every printed line reached the job log twice.
 _log = logging.getLogger(__name__)
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class OptimConfig(StrictConfig):
@@ -58,9 +56,14 @@ class OptimConfig(StrictConfig):
 
 class RunSettings(StrictConfig):
     name: str = Field("relation", description="run name (folder under storage_path)")
-    storage_path: str = Field("runs/ray_train", description="RunConfig storage for checkpoints and results: a local "
-                              "(on a cluster: shared) folder, resolved to an absolute path, or a URI such as s3://... "
-                              "or gs://..., passed to Ray as is")
+    storage_path: str = Field("runs/ray_train", description="RunConfig storage for checkpoints, progress.log and "
+                              "results: a local (on a cluster: shared) folder, resolved to an absolute path, or a "
+                              "pyarrow.fs URI passed to Ray as is (s3://bucket/runs, gs://bucket/runs; an "
+                              "S3-compatible endpoint as s3://bucket/runs?endpoint_override=host:9000&scheme=http). "
+                              "Credentials come "
+                              "from each node's default chain (AWS_* variables, instance role) or inline as "
+                              "s3://KEY:SECRET@bucket/...; printed and returned locations drop inline credentials "
+                              "(relate.storage)")
     num_workers: int = Field(2, ge=1, description="DDP workers")
     worker: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.75),
                                     description="what each DDP worker reserves: num_gpus > 0 means one GPU each and nccl "
@@ -74,15 +77,13 @@ class RunSettings(StrictConfig):
     val_images: int = Field(100, gt=0, description="validation images scored in the loop")
     evaluate_test: bool = Field(True, description="after training, score the test split and the frequency baseline")
     calibrate: bool = Field(True, description="after training, fit Platt (a, b) of Eq. 6 on the val split and install "
-                            "it in the final checkpoint (train_jobs.calibrate; local checkpoints only)")
+                            "it in the final checkpoint (train_jobs.calibrate; a checkpoint at a URI is fitted on a "
+                            "temporary copy and its calibration.json written back)")
     log_every: int = Field(10, gt=0, description="rank-0 console log interval in steps")
     kill_worker_at_step: int | None = Field(None, gt=0, description="fault drill: the last rank SIGKILLs itself once at this step")
 
     @model_validator(mode="after")
     def _check(self) -> "RunSettings":
-        if self.kill_worker_at_step is not None and _URI.match(self.storage_path):
-            raise ValueError(f"run.kill_worker_at_step needs a local storage_path (the drill reads the checkpoint "
-                             f"snapshot from disk), got {self.storage_path!r}")
         if self.worker.num_gpus not in (0, 1):
             raise ValueError(f"run.worker.num_gpus={self.worker.num_gpus}: a DDP worker takes no GPU or exactly one")
         return self
@@ -231,25 +232,6 @@ def _rung_side(base: int, rung: float, patch: int) -> int:
     return max(patch, int(round(base * rung / patch)) * patch)
 
 
-def _maybe_kill(run: RunSettings, runner: _Runner, marker: Path | None) -> None:
-    """Fault drill: the last rank kills its own process once, mid-epoch, at the configured step.
-
-    It first waits until the controller has committed a checkpoint to storage (its snapshot file
-    lists one), so the drill tests resumption rather than a race with checkpoint registration.
-    """
-    if marker is None or run.kill_worker_at_step is None or runner.step != run.kill_worker_at_step:
-        return
-    if runner.rank != runner.ctx.get_world_size() - 1 or marker.exists():
-        return
-    snapshot = marker.parent / "checkpoint_manager_snapshot.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and '"checkpoint_dir_name"' not in (snapshot.read_text() if snapshot.exists() else ""):
-        time.sleep(1.0)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(str(time.time()))
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def train_loop_per_worker(config: dict) -> None:
     import ray.train
 
@@ -260,14 +242,14 @@ def train_loop_per_worker(config: dict) -> None:
         with ckpt.as_directory() as d:
             runner.load_checkpoint(Path(d))
     shard = ray.train.get_dataset_shard("train")
-    marker = Path(config["marker"]) if config["marker"] else None
-    progress = Path(config["progress"]) if config.get("progress") and runner.rank == 0 else None
+    progress = ProgressLog(config["run_dir"]) if runner.rank == 0 else None
     t_last = t_start = time.perf_counter()
     first = runner.step
     while runner.step < runner.total:
         for batch in shard.iter_torch_batches(batch_size=cfg.optim.batch_size, drop_last=True):
             metrics = runner.train_step(batch)
-            _maybe_kill(cfg.run, runner, marker)
+            maybe_kill(cfg.run.kill_worker_at_step, runner.step, runner.rank, runner.ctx.get_world_size(),
+                       config["run_dir"])
             last = runner.step >= runner.total
             if (cfg.run.val_every and runner.step % cfg.run.val_every == 0) or last:
                 if runner.rank == 0:
@@ -278,9 +260,8 @@ def train_loop_per_worker(config: dict) -> None:
                 line = (f"step {runner.step}/{runner.total} loss {metrics['loss/total']:.4f} side {metrics['rung_side']} "
                         f"compute {metrics['step_seconds']:.2f}s wall {now - t_last:.2f}s eta {format_seconds(eta)}")
                 _say(line)
-                if progress is not None:  # readable by a driver that does not forward worker logs
-                    with progress.open("a") as fh:
-                        fh.write(line + "\n")
+                if progress is not None:
+                    progress.write(line)
             t_last = time.perf_counter()
             if runner.step % cfg.run.checkpoint_every == 0 or last:
                 with tempfile.TemporaryDirectory() as tmp:
@@ -296,20 +277,21 @@ def train_loop_per_worker(config: dict) -> None:
 
 def resolve_storage_path(path: str) -> str:
     """A local storage path made absolute (Ray Train requires it); a URI (``s3://``, ``gs://``, ...) as is."""
-    if _URI.match(path):
+    if is_uri(path):
         return path
     return str(Path(path).expanduser().resolve())
 
 
-def progress_file(storage: str, name: str) -> str | None:
-    """Where rank 0 appends its step lines (local storage only): ``<storage>/<name>/progress.log``."""
-    return None if _URI.match(storage) else str(Path(storage) / name / "progress.log")
+def progress_file(storage: str, name: str) -> str:
+    """Where rank 0 writes its step lines: ``<storage>/<name>/progress.log``, a local path or a URI
+    (without inline credentials)."""
+    return redact(join(resolve_storage_path(storage), name, PROGRESS_LOG))
 
 
-def _drill_marker(storage: str, name: str) -> str | None:
-    # The fault drill's once-only marker sits beside the controller's checkpoint snapshot, which
-    # it reads from disk: only possible for local storage (RunSettings rejects a drill on a URI).
-    return None if _URI.match(storage) else str(Path(storage) / name / ".fault_drill_done")
+def _run_dir(storage: str, name: str):
+    """(pyarrow filesystem, run folder on it): what the workers write progress.log and the drill marker to."""
+    fs, root = resolve(storage)
+    return fs, f"{root.rstrip('/')}/{name}"
 
 
 def build_trainer(cfg: TrainRelationConfig):
@@ -342,7 +324,7 @@ def build_trainer(cfg: TrainRelationConfig):
         failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
         checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints))
     loop_cfg = {"cfg": cfg.model_dump(mode="json"), "space": space, "total_steps": int(total),
-                "marker": _drill_marker(storage, cfg.run.name), "progress": progress_file(storage, cfg.run.name)}
+                "run_dir": _run_dir(storage, cfg.run.name)}
     scaling = scaling_config_kwargs(cfg.run.worker, cfg.run.num_workers)
     return TorchTrainer(
         train_loop_per_worker, train_loop_config=loop_cfg,
@@ -354,28 +336,32 @@ def build_trainer(cfg: TrainRelationConfig):
 def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     """Train, then (optionally) evaluate the final checkpoint and the frequency baseline on test."""
     import ray
+    from pyarrow import fs as pafs
 
     if not ray.is_initialized():
         ray.init(include_dashboard=False, configure_logging=False)
     t0 = time.perf_counter()
     result = build_trainer(cfg).fit()
-    path = result.checkpoint.path if result.checkpoint is not None else None
-    out = TrainRelationResult(path, dict(result.metrics or {}))
-    if cfg.run.calibrate and path is not None:
-        if _URI.match(path):
-            print(f"calibration skipped: {path} is not a local folder; run train_jobs.calibrate on a copy", flush=True)
-        else:
-            from train_jobs.calibrate import calibrate_checkpoint
+    ckpt = result.checkpoint
+    # a checkpoint on an object store is a path on Ray's filesystem object (which holds the resolved
+    # endpoint and credentials): read it through that object, report it as a URI of storage_path's form
+    remote = ckpt is not None and not isinstance(ckpt.filesystem, pafs.LocalFileSystem)
+    fs = ckpt.filesystem if remote else None
+    out = TrainRelationResult(None if ckpt is None else (uri_for(cfg.run.storage_path, ckpt.path) if remote
+                                                          else ckpt.path), dict(result.metrics or {}))
+    if cfg.run.calibrate and ckpt is not None:
+        from train_jobs.calibrate import calibrate_checkpoint
 
-            try:  # a failed fit leaves the checkpoint uncalibrated (thresholds refused); the run stands
-                out.calibration = calibrate_checkpoint(path, cfg.data, split="val")
-            except (ValueError, FileNotFoundError) as exc:
-                print(f"calibration not installed: {exc}", flush=True)
-    if cfg.run.evaluate_test and path is not None:
+        try:  # a failed fit leaves the checkpoint uncalibrated (thresholds refused); the run stands
+            out.calibration = calibrate_checkpoint(ckpt.path, cfg.data, split="val", filesystem=fs,
+                                                   name=out.checkpoint)
+        except (ValueError, OSError) as exc:
+            print(f"calibration not installed in {out.checkpoint}: {exc}", flush=True)
+    if cfg.run.evaluate_test and ckpt is not None:
         from relate.api import load_model
         from train_jobs.relation_data import report_test
 
-        out.test = report_test(load_model(path), cfg.data)
+        out.test = report_test(load_model(ckpt.path, filesystem=fs), cfg.data)
     out.seconds = time.perf_counter() - t0
     return out
 

@@ -215,8 +215,7 @@ def test_config_and_checkpoint_errors(tmp_path):
 
     with pytest.raises(ValueError, match="READER:PATH"):
         CalibrateConfig(checkpoint=str(tmp_path), on="validation")
-    with pytest.raises(ValueError, match="local folder"):
-        CalibrateConfig(checkpoint="s3://bucket/ckpt", on="val")
+    assert CalibrateConfig(checkpoint="s3://bucket/ckpt", on="val").checkpoint == "s3://bucket/ckpt"  # fitted on a copy
     with pytest.raises(CheckpointError, match="not a relation checkpoint"):
         write_calibration(tmp_path, Calibration(1.0, 0.0))
 
@@ -264,15 +263,18 @@ def test_split_cells_hand_worked(world, tmp_path):
 
 
 def test_train_job_calibrates_its_final_checkpoint(world, tmp_path, monkeypatch, capsys):
-    """train_relation.main after fit(): calibrates a local checkpoint, skips a URI, survives a failed fit
-    (Ray and the trainer are stubbed: only the step after training runs)."""
+    """train_relation.main after fit(): calibrates a local checkpoint, survives a failed fit (Ray and the
+    trainer are stubbed: only the step after training runs; a checkpoint in a bucket, through Ray's own
+    filesystem object, is tests/ray/test_train_uri_storage.py)."""
     import ray
+    from pyarrow import fs as pafs
 
     import train_jobs.train_relation as job
 
     class _Fit:
         def __init__(self, path):
-            self.checkpoint, self.metrics = type("C", (), {"path": path})(), {}
+            self.checkpoint = type("C", (), {"path": path, "filesystem": pafs.LocalFileSystem()})()
+            self.metrics = {}
 
     good, bad = tmp_path / "good", tmp_path / "bad"
     shutil.copytree(world["ckpt"], good)
@@ -280,15 +282,50 @@ def test_train_job_calibrates_its_final_checkpoint(world, tmp_path, monkeypatch,
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     cfg = job.TrainRelationConfig.model_validate({"data": {"corpus_root": str(world["corpus"])},
                                                   "run": {"evaluate_test": False}})
-    for path in (str(good), "s3://bucket/run/checkpoint_000001", str(bad)):
+    for path in (str(good), str(bad)):
         monkeypatch.setattr(job, "build_trainer", lambda _cfg, p=path: type("T", (), {"fit": lambda self: _Fit(p)})())
         res = job.main(cfg)
         assert res.checkpoint == path
     out = capsys.readouterr().out
-    assert "calibration skipped: s3://bucket/run/checkpoint_000001" in out and "calibration not installed" in out
+    assert f"calibration not installed in {bad}" in out and "not positive" in out
     assert json.loads((good / "calibration.json").read_text())["a"] > 0
     assert json.loads((bad / "calibration.json").read_text()) == {"a": None, "b": None}
     off = cfg.model_copy(update={"run": cfg.run.model_copy(update={"calibrate": False})})
     shutil.rmtree(good / "calibration")
     monkeypatch.setattr(job, "build_trainer", lambda _cfg: type("T", (), {"fit": lambda self: _Fit(str(good))})())
     assert job.main(off).calibration == {} and not (good / "calibration").exists()
+
+
+def test_cli_calibrates_a_checkpoint_in_an_s3_bucket(world):
+    """``--checkpoint s3://...``: fitted on a verified local copy; only calibration.json changes in the
+    bucket and the report folder is uploaded beside it; a refused map leaves the bucket's map alone."""
+    from _s3_endpoint import SECRET, s3_endpoint
+    from relate.api import load_model
+    from relate.checkpoint import CheckpointError
+    from train_jobs.calibrate import CalibrateConfig, _cli, main
+
+    names = ("config.yaml", "model.safetensors", "text_bank.npz", "meta.json")
+    with s3_endpoint() as s3:
+        s3.make_bucket("cal")
+        s3.upload(world["raw"], "cal/raw")
+        s3.upload(world["reversed"], "cal/rev")
+        before = {n: s3.read(f"cal/raw/{n}") for n in names}
+        uri = s3.uri("cal/raw", credentials=True)
+        res = _cli(["--checkpoint", uri, "--on", "val", "--corpus-root", str(world["corpus"]), "--set", "folds=3"])
+        assert res.installed and json.loads(s3.read("cal/raw/calibration.json")) == {"a": res.calibration.a,
+                                                                                  "b": res.calibration.b}
+        assert {n: s3.read(f"cal/raw/{n}") for n in names} == before
+        report = json.loads(s3.read("cal/raw/calibration/calibration_report.json"))
+        assert report["installed"] and report["a"] == res.calibration.a and report["checkpoint"] == s3.uri("cal/raw")
+        assert s3.read("cal/raw/calibration/reliability.png")[:8] == b"\x89PNG\r\n\x1a\n"
+        assert res.report_path == s3.uri("cal/raw/calibration/calibration_report.json") and SECRET not in res.report_path
+        assert load_model(uri).calibration == res.calibration
+
+        with pytest.raises(ValueError, match="not positive"):
+            main(CalibrateConfig(checkpoint=s3.uri("cal/rev", credentials=True), on="val",
+                                 corpus_root=str(world["corpus"]), folds=3))
+        assert json.loads(s3.read("cal/rev/calibration.json")) == {"a": None, "b": None}
+        assert json.loads(s3.read("cal/rev/calibration/calibration_report.json"))["installed"] is False
+        with pytest.raises(CheckpointError, match=r"s3://cal/absent\?.*not a relation checkpoint"):
+            main(CalibrateConfig(checkpoint=s3.uri("cal/absent", credentials=True), on="val",
+                                 corpus_root=str(world["corpus"])))

@@ -3,8 +3,8 @@
 The checkpoint's config says ``backbone.pretrained: true`` (what a run of
 train_jobs/configs/released.yaml writes); loading must still need nothing but its own files.
 The no-network proof runs in a fresh process with the hub offline, an unreachable hub endpoint and
-proxies, and empty caches. moto is not installed in this venv, so ``s3://`` is not exercised here;
-``file://`` goes through the same pyarrow.fs path.
+proxies, and empty caches. ``s3://`` is exercised against a real S3 endpoint (moto's server on
+127.0.0.1, tests/_s3_endpoint.py) over HTTP; ``file://`` goes through the same pyarrow.fs path.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import pytest
 import torch
 import yaml
 
+from _s3_endpoint import SECRET, s3_endpoint
 from relate.api import RelationPredictor, load_model
-from relate.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from relate.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, write_calibration
+from relate.model.score import Calibration
 from relate.model import RelationModelConfig, create_relation_model
 from relate.text.bank import TextBank
 from serve_apps.tiny import TINY_RELATION_MODEL
@@ -157,3 +159,59 @@ def test_a_uri_missing_a_file_or_unreadable_is_a_clear_error(pretrained_ckpt, tm
     with pytest.raises(CheckpointError, match="nope://bucket/ck: cannot open the checkpoint URI"):
         load_model("nope://bucket/ck")
     assert not any(empty_tempdir.iterdir())
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_endpoint() as endpoint:
+        endpoint.make_bucket("ckpts")
+        yield endpoint
+
+
+def test_loads_from_s3_in_a_fresh_offline_process_and_refuses_a_tampered_object(pretrained_ckpt, s3, tmp_path,
+                                                                                empty_tempdir):
+    reference, folder = pretrained_ckpt
+    s3.upload(folder, "ckpts/run/ck")
+    image, boxes = _inputs()
+    np.save(tmp_path / "image.npy", image)
+    np.save(tmp_path / "boxes.npy", boxes)
+    env = {**_offline_env(tmp_path), **s3.env()}  # credentials from the default chain, not the URI
+    proc = subprocess.run([sys.executable, "-c", _CHILD, s3.uri("ckpts/run/ck"), str(tmp_path),
+                           str(torch.get_num_threads())], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    assert got and got == reference
+
+    recorded = json.loads(s3.read("ckpts/run/ck/meta.json"))["sha256"]["model.safetensors"]
+    data = bytearray(s3.read("ckpts/run/ck/model.safetensors"))
+    data[-1] ^= 0x01
+    s3.write("ckpts/run/ck/model.safetensors", bytes(data))
+    with pytest.raises(CheckpointError, match="model.safetensors") as exc:
+        load_model(s3.uri("ckpts/run/ck", credentials=True))
+    msg = str(exc.value)
+    assert recorded in msg and hashlib.sha256(data).hexdigest() in msg
+    assert msg.startswith("s3://ckpts/run/ck?") and SECRET not in msg  # the location, without the secret
+    assert not any(empty_tempdir.iterdir())
+
+
+def test_write_calibration_to_s3_replaces_only_calibration_json_fitted_on_the_same_weights(pretrained_ckpt, s3):
+    _, folder = pretrained_ckpt
+    s3.upload(folder, "ckpts/cal/ck")
+    uri = s3.uri("ckpts/cal/ck", credentials=True)
+    names = ("config.yaml", "model.safetensors", "text_bank.npz", "meta.json")
+    before = {n: s3.read(f"ckpts/cal/ck/{n}") for n in names}
+    meta = json.loads(before["meta.json"])
+    where = write_calibration(uri, Calibration(2.0, -1.0), expect_meta=meta)
+    assert where == s3.uri("ckpts/cal/ck").replace("?", "/calibration.json?")
+    assert json.loads(s3.read("ckpts/cal/ck/calibration.json")) == {"a": 2.0, "b": -1.0}
+    assert {n: s3.read(f"ckpts/cal/ck/{n}") for n in names} == before  # meta.json's digests still hold
+    assert load_checkpoint(uri).calibration == Calibration(2.0, -1.0)
+    other = {**meta, "sha256": {**meta["sha256"], "model.safetensors": "0" * 64}}
+    with pytest.raises(CheckpointError, match="changed while the calibration was fitted"):
+        write_calibration(uri, Calibration(3.0, 0.0), expect_meta=other)
+    with pytest.raises(CheckpointError, match="not positive"):
+        write_calibration(uri, Calibration(-1.0, 0.0))
+    with pytest.raises(CheckpointError, match="not a readable relation checkpoint"):
+        write_calibration(s3.uri("ckpts/absent", credentials=True), Calibration(1.0, 0.0))
+    assert json.loads(s3.read("ckpts/cal/ck/calibration.json")) == {"a": 2.0, "b": -1.0}

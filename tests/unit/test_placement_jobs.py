@@ -76,30 +76,48 @@ def test_training_scaling_config_from_the_run_block(config, gpu, custom):
         assert 0 < per["CPU"] < 1  # fractional: the CPU recipe leaves room for Ray Data on 2 cores
 
 
-def test_training_rejects_gpu_fractions_and_drills_on_remote_storage():
+def test_training_rejects_gpu_fractions_and_takes_drills_on_any_storage():
     from train_jobs.train_relation import TrainRelationConfig
 
     path = REPO / "train_jobs/configs/released.yaml"
     with pytest.raises(ConfigError, match="exactly one"):
         load_config(TrainRelationConfig, path, ["run.worker.num_gpus=0.5"])
-    with pytest.raises(ConfigError, match="local storage_path"):
-        load_config(TrainRelationConfig, path, ["run.storage_path=s3://bucket/runs", "run.kill_worker_at_step=3"])
+    # the fault drill runs on any storage: its marker and the snapshot it waits for go through pyarrow.fs
+    assert load_config(TrainRelationConfig, path, ["run.storage_path=s3://bucket/runs",
+                                                    "run.kill_worker_at_step=3"]).run.kill_worker_at_step == 3
     with pytest.raises(ConfigError, match="use_gpu"):  # the old field is gone, loudly
         load_config(TrainRelationConfig, path, ["run.use_gpu=true"])
 
 
 def test_storage_path_resolves_local_folders_and_keeps_uris(tmp_path, monkeypatch):
-    from train_jobs.train_relation import _drill_marker, progress_file, resolve_storage_path
+    from train_jobs.train_relation import progress_file, resolve_storage_path
 
     monkeypatch.chdir(tmp_path)
     assert resolve_storage_path("runs/ray_train") == str(tmp_path / "runs" / "ray_train")
     assert resolve_storage_path("~/x").startswith(str(Path.home()))
     for uri in ("s3://bucket/runs/ray_train", "gs://bucket/r", "abfss://c@acct.dfs.core.windows.net/r"):
         assert resolve_storage_path(uri) == uri  # Path(...).resolve() used to turn it into <cwd>/s3:/bucket/...
-        assert _drill_marker(uri, "released") is None
-        assert progress_file(uri, "released") is None  # no local file to follow on remote storage
-    assert _drill_marker(str(tmp_path), "mn") == str(tmp_path / "mn" / ".fault_drill_done")
     assert progress_file(str(tmp_path), "mn") == str(tmp_path / "mn" / "progress.log")
+    assert progress_file("runs/ray_train", "mn") == str(tmp_path / "runs" / "ray_train" / "mn" / "progress.log")
+    # on an object store the log is an object in the run folder; the printed location drops inline secrets
+    assert progress_file("s3://K:S@bucket/runs?endpoint_override=h:9000&scheme=http", "mn") == \
+        "s3://bucket/runs/mn/progress.log?endpoint_override=h:9000&scheme=http"
+
+
+def test_storage_locations_keep_scheme_and_query_and_drop_inline_credentials():
+    from relate.storage import join, redact, uri_for
+
+    storage = "s3://K:S@bucket/runs?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert join(storage, "r", "/checkpoint_1/") == \
+        "s3://K:S@bucket/runs/r/checkpoint_1?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert join("s3://bucket", "a") == "s3://bucket/a" and join("/x/y", "a", "b") == "/x/y/a/b"
+    assert redact(storage) == "s3://bucket/runs?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert redact("/local/K:S@x") == "/local/K:S@x"
+    assert redact("abfss://container@acct.dfs.core.windows.net/r") == "abfss://container@acct.dfs.core.windows.net/r"
+    assert uri_for(storage, "bucket/runs/r/checkpoint_1") == \
+        "s3://bucket/runs/r/checkpoint_1?endpoint_override=127.0.0.1:9000&scheme=http"
+    with pytest.raises(ValueError, match="not under the storage root 'bucket/runs'"):
+        uri_for(storage, "other/runs/r")
 
 
 def test_eval_jobs_take_resources_from_config():
