@@ -7,18 +7,24 @@ contact phrasings) plus the few non-layout groups the semantic-pass rules need (
 actions that imply contact such as holding or wearing). Anything else is unconstrained: it
 passes the geometric rules unchecked and is counted as such.
 
-The table below is written for this project; ``CanonicalMap.extended`` adds surface forms.
+Inverse knowledge has one home, ``relate/text/data`` (synonym groups and inverse pairs): the
+surface strings of the directional and containment forms and every restatement phrase are read
+from there. The contact, proximity and semantic-contact phrasings below are the gate's own;
+``CanonicalMap.extended`` adds surface forms.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
 
-__all__ = ["Form", "CanonicalMap", "LAYOUT_FORMS", "KINDS", "normalise_predicate", "default_map"]
+__all__ = ["Form", "CanonicalMap", "LAYOUT_FORMS", "KINDS", "normalise_predicate", "default_map", "default_surface",
+           "default_surface_inverse"]
 
 # kind codes (small ints so the gate can work on int arrays)
 KINDS = ("other", "horizontal", "vertical", "depth", "containment", "proximity", "contact",
@@ -73,26 +79,29 @@ _FORMS: tuple[Form, ...] = (
 LAYOUT_FORMS: tuple[str, ...] = tuple(f.name for f in _FORMS if f.layout)
 assert len(LAYOUT_FORMS) == 21, LAYOUT_FORMS
 
-# surface form -> (canonical form, roles reversed for the check). "contains" reduces to "inside"
+# Directional and containment forms take their surface strings from the project's synonym
+# groups (relate/text/data/synonym_groups.yaml), and their restatement phrases from its inverse
+# pairs, so the gate, the text space and the synthetic lexicon cannot disagree on an inverse.
+# canonical form -> (synonym group, roles reversed for the check). "contains" reduces to "inside"
 # with the roles read the other way round.
-_SURFACE: dict[str, tuple[str, bool]] = {}
+_FROM_GROUPS: tuple[tuple[str, str, bool], ...] = (
+    ("left of", "left_of", False), ("right of", "right_of", False), ("above", "above", False),
+    ("below", "below", False), ("in front of", "in_front_of", False), ("behind", "behind", False),
+    ("inside", "inside", False), ("inside", "contains", True),
+)
+
+# surface form -> (canonical form, roles reversed) for the forms that no inverse concerns: the
+# gate alone decides which phrasings imply contact or proximity.
+_OWN: dict[str, tuple[str, bool]] = {}
 
 
 def _add(canonical: str, forms: str, reverse: bool = False) -> None:
     for s in forms.split("|"):
-        _SURFACE[s] = (canonical, reverse)
+        if s in _OWN:
+            raise ValueError(f"canonical map: {s!r} listed twice ({_OWN[s][0]!r} and {canonical!r})")
+        _OWN[s] = (canonical, reverse)
 
 
-_add("left of", "left of|to the left of|on the left of|on the left side of|at the left of|leftward of")
-_add("right of", "right of|to the right of|on the right of|on the right side of|at the right of|rightward of")
-_add("above", "above|over|higher than|up from|located above")
-_add("below", "below|beneath|under|underneath|lower than|located below")
-_add("in front of", "in front of|occluding|blocking the view of|before|closer to the camera than|"
-     "partially covering|in the foreground of")
-_add("behind", "behind|hidden behind|partly hidden by|in back of|occluded by|farther than|"
-     "partially hidden by|in the background of")
-_add("inside", "inside|in|within|inside of|contained in|enclosed in|enclosed by")
-_add("inside", "contains|containing|enclosing|holding inside|has inside", reverse=True)
 _add("near", "near|next to|close to|beside|by|near to|adjacent to|alongside|nearby|close by")
 _add("on", "on")
 _add("on top of", "on top of|atop")
@@ -112,17 +121,45 @@ _add("holding", "holding|grasping|carrying|gripping|holds|carries")
 _add("wearing", "wearing|has on|dressed in|wears")
 _add("riding", "riding|riding on|rides")
 
-# surface inverses used when a relation is restated from the other endpoint (§4.1)
-_SURFACE_INVERSE_PAIRS = (
-    ("left of", "right of"), ("to the left of", "to the right of"), ("on the left of", "on the right of"),
-    ("on the left side of", "on the right side of"), ("at the left of", "at the right of"),
-    ("leftward of", "rightward of"),
-    ("above", "below"), ("over", "beneath"), ("higher than", "lower than"), ("up from", "under"),
-    ("located above", "located below"),
-    ("in front of", "behind"), ("occluding", "hidden behind"), ("blocking the view of", "partly hidden by"),
-    ("in the foreground of", "in the background of"), ("partially covering", "partially hidden by"),
-    ("before", "in back of"), ("closer to the camera than", "farther than"),
-)
+
+@functools.lru_cache(maxsize=1)
+def default_surface() -> Mapping[str, tuple[str, bool]]:
+    """Every surface string the default map knows -> (canonical form, roles reversed)."""
+    from relate.text.resources import load_synonym_groups
+
+    groups = load_synonym_groups()
+    out: dict[str, tuple[str, bool]] = {}
+    for canonical, group, reverse in _FROM_GROUPS:
+        for s in groups[group].forms:
+            out[s] = (canonical, reverse)
+    clash = sorted(s for s in out if s in _OWN)
+    if clash:
+        raise ValueError(f"canonical map: {clash} are both synonym-group forms and gate-only forms")
+    return MappingProxyType({**out, **_OWN})
+
+
+@functools.lru_cache(maxsize=1)
+def default_surface_inverse() -> Mapping[str, str]:
+    """Restatement phrase of every surface string the text resources know an inverse for.
+
+    Only the left/right, above/below and front/behind forms are ever restated (§4.1); their
+    phrases must be surface forms of the canonical inverse, so a restated relation stays gated.
+    """
+    from relate.text.resources import restatement_of
+
+    surface = default_surface()
+    forms = {f.name: f for f in _FORMS}
+    out = {}
+    for s, (c, rev) in surface.items():
+        r = restatement_of(s)
+        restated = forms[c].inverse is not None and not rev
+        if restated and (r is None or surface.get(r) != (forms[c].inverse, False)):
+            raise ValueError(f"canonical map: {s!r} ({c}) is restated as {r!r}, which is not a surface form of "
+                             f"{forms[c].inverse!r}; fix relate/text/data/inverse_pairs.tsv")
+        if r is not None:
+            out[s] = r
+    return MappingProxyType(out)
+
 
 _WS = re.compile(r"\s+")
 _LEAD = re.compile(r"^(?:is|are|be|being)\s+")
@@ -139,8 +176,8 @@ class CanonicalMap:
     """Surface strings -> canonical form ids, with per-form geometry as int arrays for the gate."""
 
     forms: tuple[Form, ...] = _FORMS
-    surface: Mapping[str, tuple[str, bool]] = field(default_factory=lambda: dict(_SURFACE))
-    surface_inverse: Mapping[str, str] = field(default_factory=dict)
+    surface: Mapping[str, tuple[str, bool]] = field(default_factory=lambda: dict(default_surface()))
+    surface_inverse: Mapping[str, str] = field(default_factory=lambda: dict(default_surface_inverse()))
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.forms]
@@ -148,11 +185,7 @@ class CanonicalMap:
         bad = sorted({c for c, _ in self.surface.values() if c not in self.index})
         if bad:
             raise ValueError(f"canonical map: unknown canonical form(s) {bad}; valid: {names}")
-        inv = dict(self.surface_inverse)
-        for a, b in _SURFACE_INVERSE_PAIRS:
-            inv.setdefault(a, b)
-            inv.setdefault(b, a)
-        self.surface_inverse = inv
+        self.surface_inverse = dict(self.surface_inverse)
         f = self.forms
         self.kind = np.array([_K[x.kind] for x in f], dtype=np.int8)
         self.layout = np.array([x.layout for x in f], dtype=bool)
@@ -168,7 +201,9 @@ class CanonicalMap:
         return (-1, False) if hit is None else (self.index[hit[0]], hit[1])
 
     def inverse_surface(self, predicate: str) -> str | None:
-        """The inverse phrasing used when restating; keeps the annotator's style where known."""
+        """The phrase stating the relation from the other endpoint (``relate.text.resources.
+        restatement_of`` for known strings; the canonical inverse for strings added by
+        :meth:`extended`). Balancing restates only forms with a canonical inverse."""
         norm = normalise_predicate(predicate)
         if norm in self.surface_inverse:
             return self.surface_inverse[norm]

@@ -5,6 +5,12 @@ groups and the text bank all have something real to work on. Families say what d
 concept: ``spatial`` predicates follow from the boxes alone; ``depth`` and ``appearance`` need
 the pixels (occlusion order, colour); ``contact``, ``proximity`` and ``containment`` are checked
 by the geometric gate; ``action`` and ``part`` are semantic relations.
+
+The forms of a concept with an inverse are listed in the order of their string-level inverses:
+``forms[k]`` of one side restates ``forms[k]`` of the other (the scripted annotator relies on it).
+Those pairs are not a second source of inverse knowledge: they must equal
+``relate/text/data/inverse_pairs.tsv`` (checked by tests/unit/test_predicate_knowledge.py); the
+order cannot change without changing the synthetic world.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["Concept", "CONCEPTS", "FAMILIES", "PIXEL_FAMILIES", "SURFACE_TO_CONCEPT", "concept_of", "all_surface_forms"]
+__all__ = ["Concept", "CONCEPTS", "FAMILIES", "PIXEL_FAMILIES", "SURFACE_TO_CONCEPT", "concept_of", "all_surface_forms",
+           "inverse_form"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +76,12 @@ def concept_of(predicate: str) -> Concept:
 
 def all_surface_forms() -> list[str]:
     return [f for c in _C for f in c.forms]
+
+
+def inverse_form(predicate: str) -> str | None:
+    """The surface form restating ``predicate`` from the other endpoint (same position in the
+    inverse concept's forms); None when its concept has no inverse in the synthetic world."""
+    c = concept_of(predicate)
+    if c.inverse is None:
+        return None
+    return CONCEPTS[c.inverse].forms[c.forms.index(predicate.strip().lower())]

@@ -1,13 +1,31 @@
-"""The predicate text space (seed 001, 3.3 and B.2): encoders, banks, resources, report, vocabulary."""
+"""The predicate text space (seed 001, 3.3 and B.2): encoders, banks, resources, report, vocabulary.
 
-from relate.text.bank import BankError, TextBank, build_bank, load_bank, score_against_bank
-from relate.text.encoders import DEFAULT_ENCODER, ENCODERS, load_text_encoder
-from relate.text.report import geometry_report, render_markdown
-from relate.text.resources import (is_directional, load_inverse_pairs, load_synonym_groups, p_directional,
-                                   synonym_pairs)
-from relate.text.vocabulary import build_vocabulary, load_vocabulary_file
+Names are imported on first use (PEP 562), so that ``relate.text.resources`` (the predicate data
+the gate reads) loads without torch or an encoder.
+"""
 
-__all__ = ["BankError", "TextBank", "build_bank", "load_bank", "score_against_bank", "DEFAULT_ENCODER",
-           "ENCODERS", "load_text_encoder", "geometry_report", "render_markdown", "is_directional",
-           "load_inverse_pairs", "load_synonym_groups", "p_directional", "synonym_pairs",
-           "build_vocabulary", "load_vocabulary_file"]
+from __future__ import annotations
+
+import importlib
+
+_HOME = {
+    "BankError": "bank", "TextBank": "bank", "build_bank": "bank", "load_bank": "bank", "score_against_bank": "bank",
+    "DEFAULT_ENCODER": "encoders", "ENCODERS": "encoders", "load_text_encoder": "encoders",
+    "geometry_report": "report", "render_markdown": "report",
+    "is_directional": "resources", "load_inverse_pairs": "resources", "load_synonym_groups": "resources",
+    "p_directional": "resources", "synonym_pairs": "resources",
+    "build_vocabulary": "vocabulary", "load_vocabulary_file": "vocabulary",
+}
+__all__ = list(_HOME)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        value = getattr(importlib.import_module(f"relate.text.{_HOME[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'relate.text' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))

@@ -19,7 +19,7 @@ import yaml
 __all__ = [
     "DATA_DIR", "ResourceError", "SynonymGroup", "Modifiers", "normalise_predicate",
     "load_synonym_groups", "load_inverse_pairs", "load_modifiers", "group_of", "base_form",
-    "is_directional", "p_directional", "synonym_pairs", "inverse_of",
+    "is_directional", "p_directional", "synonym_pairs", "inverse_of", "restatement_of",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -228,6 +228,18 @@ def inverse_of(pred: str) -> str | None:
         return None
     partner = _pair_index().get(base)
     return None if partner is None else s[: len(s) - len(base)] + partner
+
+
+def restatement_of(pred: str) -> str | None:
+    """The phrase that states ``pred``'s relation from the other endpoint: its string-level
+    inverse, else the first form of its group's inverse group ("under" -> "above"); None for a
+    string whose group has no inverse or that is in no group. The gate's balancing uses this."""
+    s = normalise_predicate(pred)
+    pair = inverse_of(s)
+    if pair is not None or s not in _form_index():
+        return pair
+    inverse = load_synonym_groups()[_form_index()[s]].inverse
+    return None if inverse is None else load_synonym_groups()[inverse].forms[0]
 
 
 @functools.lru_cache(maxsize=1)
