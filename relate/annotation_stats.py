@@ -1,8 +1,7 @@
 """Statistics of an annotated corpus in the style of seed 001, Table 20 and §4.2, plus gate scoring.
 
-Corpus side: images, relations, relations per image, distinct predicates, predicate entropy
-(nats, as Table 20), mean object degree, share of images whose relation graph is one connected
-component, share of relations per pass, and the direction balance of left/right, above/below
+Corpus side: the Table-20 statistics of ``relate.corpus_stats`` (one definition: relations per
+image over all images, entropy in nats), and the direction balance of left/right, above/below
 and front/behind. Gate side: rejections per rule, unusable outputs per reason, and, when the
 annotator injected labelled errors, precision and recall of rejection per error kind.
 """
@@ -16,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from relate.corpus_stats import corpus_statistics
 from relate.gate_canonical import default_map
 
 __all__ = ["corpus_table20", "direction_balance", "gate_scoring", "geometry_audit", "annotation_statistics",
@@ -31,50 +31,9 @@ _EXPECT = {  # the gate decision each injected error kind should receive
 }
 
 
-def _components(n_nodes: int, edges: list[tuple[int, int]]) -> int:
-    parent = list(range(n_nodes))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-    for a, b in edges:
-        parent[find(a)] = find(b)
-    return len({find(i) for i in range(n_nodes)})
-
-
 def corpus_table20(table: pa.Table) -> dict:
-    """Table-20 columns plus degree, connectivity and pass shares, from a corpus table."""
-    rels = table.column("relations").to_pylist() if table.num_rows else []
-    preds: Counter = Counter()
-    passes: Counter = Counter()
-    degrees, single = [], 0
-    with_rel = 0
-    for rs in rels:
-        if not rs:
-            continue
-        with_rel += 1
-        nodes = sorted({r["subject"] for r in rs} | {r["object"] for r in rs})
-        pos = {n: i for i, n in enumerate(nodes)}
-        deg = Counter()
-        for r in rs:
-            preds[r["predicate"]] += 1
-            passes[r["pass"]] += 1
-            deg[r["subject"]] += 1
-            deg[r["object"]] += 1
-        degrees += list(deg.values())
-        single += _components(len(nodes), [(pos[r["subject"]], pos[r["object"]]) for r in rs]) == 1
-    n_rel = sum(preds.values())
-    p = np.array(list(preds.values()), float) / max(n_rel, 1)
-    return {
-        "images": int(table.num_rows), "images_with_relations": with_rel, "relations": n_rel,
-        "rel_per_img": n_rel / max(with_rel, 1), "predicates": len(preds),
-        "entropy_nats": float(-(p * np.log(p)).sum()) if n_rel else 0.0,
-        "mean_object_degree": float(np.mean(degrees)) if degrees else 0.0,
-        "single_component_share": single / max(with_rel, 1),
-        "pass_share": {k: v / max(n_rel, 1) for k, v in sorted(passes.items())},
-    }
+    """Table-20 columns plus degree, connectivity and pass shares: ``relate.corpus_stats``."""
+    return corpus_statistics(table)
 
 
 def direction_balance(predicates: list[str]) -> dict:
@@ -174,7 +133,8 @@ def annotation_statistics(kept: pa.Table, rejected: pa.Table | None, counters: M
 def format_annotation_table(stats: Mapping) -> str:
     """An aligned text table for the terminal."""
     lines = ["annotation run", "-" * 60]
-    for k in ("images", "images_with_relations", "relations", "rel_per_img", "predicates", "entropy_nats",
+    for k in ("images", "images_with_relations", "relations", "relations_per_image", "distinct_predicates",
+              "predicate_entropy_nats",
               "mean_object_degree", "single_component_share", "candidates", "rejected_share"):
         v = stats.get(k)
         lines.append(f"{k:<28}{v:>14.3f}" if isinstance(v, float) else f"{k:<28}{v!s:>14}")

@@ -32,7 +32,7 @@ def test_pipeline_writes_corpus_images_and_stats(ray_session, tmp_path):
     assert np.array_equal(np.asarray(Image.open(row["uri"]).convert("RGB")), scene.image)  # PNG is lossless
     assert [r["predicate"] for r in row["relations"]] == [r["predicate"] for r in scene.relations]
     stats = json.loads((tmp_path / "run" / "synthetic_stats.json").read_text())
-    for k in ("images", "relations", "relations_per_image", "distinct_predicates", "predicate_entropy_bits", "family_share"):
+    for k in ("images", "relations", "relations_per_image", "distinct_predicates", "predicate_entropy_nats", "family_share"):
         assert k in stats
     assert stats["relations"] == sum(len(r) for r in table.column("relations").to_pylist())
     assert abs(sum(stats["family_share"].values()) - 1) < 1e-3
