@@ -116,7 +116,7 @@ def test_text_report_reads_a_group_split_on_both_sides(tmp_path):
     from eval_jobs.text_report import TextReportConfig, main
 
     vocab = tmp_path / "v.txt"
-    vocab.write_text("\n".join(["above", "over", "below", "under", "left of", "to the left of", "right of",
+    vocab.write_text("\n".join(["above", "over", "below", "beneath", "left of", "to the left of", "right of",
                                 "to the right of", "near", "beside"]))
     split = split_inverse_groups(0.0, seed=0, heldout=["above"])
     (tmp_path / "split.json").write_text(json.dumps({"inverse_train": split.inverse_pairs("trained"),
@@ -125,5 +125,5 @@ def test_text_report_reads_a_group_split_on_both_sides(tmp_path):
     res = main(TextReportConfig(encoders=["minilm"], vocabulary_file=str(vocab),
                                 split_file=str(tmp_path / "split.json"), out_dir=str(tmp_path / "out")))
     (_, trained), (_, held) = res.rows
-    assert held["n_inv_pairs"] == 2 and held["n_syn_pairs"] == 2  # over/above, under/below only
+    assert held["n_inv_pairs"] == 2 and held["n_syn_pairs"] == 2  # over/above, beneath/below only
     assert trained["n_inv_pairs"] == 2 and trained["n_syn_pairs"] == 3  # left, right, near groups
