@@ -29,21 +29,44 @@ class StrictConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
 
+def _list_item(items: list, key: str, dotted: str) -> Any:
+    """``key`` addresses a list element by position (``0``) or by its ``name`` field (``vg150``)."""
+    if key.isdigit():
+        if int(key) >= len(items):
+            raise ConfigError(f"override {dotted!r}: index {key} is past the list's {len(items)} entries")
+        return int(key)
+    names = [x.get("name") for x in items if isinstance(x, dict)]
+    if key not in names:
+        raise ConfigError(f"override {dotted!r}: no entry named {key!r}; entries: {names}")
+    return names.index(key)
+
+
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c`` in a nested tree; a list on the way is entered by position or by entry name
+    (``benchmarks.vg150.path=...``)."""
     keys = dotted.split(".")
-    node = tree
+    node: Any = tree
     for k in keys[:-1]:
+        if isinstance(node, list):
+            node = node[_list_item(node, k, dotted)]
+            continue
         nxt = node.get(k)
         if nxt is None:
             nxt = node[k] = {}
-        if not isinstance(nxt, dict):
+        if not isinstance(nxt, (dict, list)):
             raise ConfigError(f"override {dotted!r}: {k!r} is not a section")
         node = nxt
-    node[keys[-1]] = value
+    if isinstance(node, list):
+        node[_list_item(node, keys[-1], dotted)] = value
+    elif isinstance(node, dict):
+        node[keys[-1]] = value
+    else:
+        raise ConfigError(f"override {dotted!r}: {keys[-2]!r} is not a section")
 
 
 def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``key.sub=value`` strings; values are parsed as YAML (so 3, 1e-4, true, [a, b] work)."""
+    """Apply ``key.sub=value`` strings; values are parsed as YAML (so 3, 3.0e-4, true, [a, b] work;
+    YAML reads "1e-4" as a string, which a float field's validation then converts)."""
     out = json.loads(json.dumps(tree))
     for item in overrides:
         if "=" not in item:
