@@ -3,6 +3,12 @@
     python -m eval_jobs.prepare vg150 --root /data/vg --out runs/prepared
     python -m eval_jobs.prepare spatialsense --root /data/spatialsense --describe
     python -m eval_jobs.prepare hico_det --root /data/hico --exclude runs/leakage/excluded_ids.csv
+    python -m eval_jobs.prepare synthetic --root runs/demo/synthetic     # the synthetic suite
+
+``synthetic`` builds the synthetic OV-SGG-Bench from a synthetic world (pipelines.synthetic's
+output folder): its test split exported in the native VG150, PSG, Haystack and SpatialSense
+layouts and PSG with simulated detections, under ``OUT/synthetic/`` (what
+``eval_jobs/configs/ovsgg_synthetic.yaml`` reads), with the same manifest of file hashes.
 
 Benchmarks: vg150, indoorvg, psg, haystack, hico_det, spatialsense (the readers of
 relate.data.readers). Steps:
@@ -43,7 +49,8 @@ from relate.config import StrictConfig, apply_overrides, dump_config
 from relate.data.readers import BenchmarkData, load_exclusions, normalise_image_id, read_benchmark
 from relate.data.readers.layouts import LAYOUTS, check_layout, describe_layout
 
-__all__ = ["PrepareConfig", "PrepareResult", "PrepareError", "KNOWN_CHECKSUMS", "file_manifest", "main"]
+__all__ = ["PrepareConfig", "PrepareResult", "PrepareError", "KNOWN_CHECKSUMS", "file_manifest", "main",
+           "prepare_synthetic"]
 
 Benchmark = Literal["vg150", "indoorvg", "psg", "haystack", "hico_det", "spatialsense"]
 
@@ -170,6 +177,24 @@ def _vg_image_dir(cfg: PrepareConfig) -> PrepareConfig:
     return cfg
 
 
+def prepare_synthetic(root: str | Path, out_dir: str | Path = "runs/prepared", seed: int = 0) -> dict[str, Path]:
+    """The synthetic suite from a synthetic world folder, under ``out_dir/synthetic/<benchmark>``;
+    every written file's size and sha256 go to ``manifest.json`` there."""
+    from relate.data.corpus import read_corpus
+    from relate.data.export import export_benchmark_suite
+
+    out = Path(out_dir) / "synthetic"
+    truth = read_corpus(root)  # names the folder when it holds no corpus
+    paths = export_benchmark_suite(truth, out, seed=seed)
+    files = sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file() and f.name != "manifest.json")
+    manifest = {"benchmark": "synthetic", "root": str(Path(root).resolve()), "seed": seed,
+                "benchmarks": {k: str(v) for k, v in paths.items()}, "files": file_manifest(out, files)}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    n = sum(1 for s in truth.column("split").to_pylist() if (s or "test") == "test")
+    print(f"synthetic suite from {root}: {n} test images -> {out} ({', '.join(paths)})")
+    return paths
+
+
 def main(cfg: PrepareConfig) -> PrepareResult:
     """Describe, validate, hash, read, exclude and write one benchmark split (see the module docstring)."""
     cfg = _vg_image_dir(cfg)
@@ -228,7 +253,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[PrepareConfig | None,
     """``BENCHMARK --root DIR [--split S] [--out DIR] [--exclude F]... [--expect M] [--set k=v]...``;
     with ``--describe`` only the layout text is returned."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("benchmark", choices=sorted(LAYOUTS))
+    ap.add_argument("benchmark", choices=sorted(LAYOUTS) + ["synthetic"])
     ap.add_argument("--root", required=True, help="folder holding the benchmark's native files")
     ap.add_argument("--split", default="test")
     ap.add_argument("--out", dest="out_dir", default="runs/prepared")
@@ -238,6 +263,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[PrepareConfig | None,
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="any other config field, e.g. --set reader_options.image_dir=VG_100K")
     a = ap.parse_args(argv)
+    if a.benchmark == "synthetic":
+        if a.describe:
+            return None, ("synthetic: a folder written by pipelines.synthetic (corpus/<split>/*.parquet and images/); "
+                          "its test split is exported as the synthetic OV-SGG-Bench")
+        prepare_synthetic(a.root, a.out_dir)
+        return None, None
     if a.describe:
         return None, describe_layout(a.benchmark, a.root)
     tree = {k: v for k, v in vars(a).items() if k not in ("describe", "overrides")}
@@ -247,7 +278,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[PrepareConfig | None,
 if __name__ == "__main__":
     _cfg, _text = parse_args(sys.argv[1:])
     if _cfg is None:
-        print(_text)
+        if _text:
+            print(_text)
         sys.exit(0)
     try:
         main(_cfg)

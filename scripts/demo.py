@@ -109,13 +109,12 @@ def stage_evaluate() -> None:
     import pyarrow.parquet as pq
 
     from eval_jobs.ovsgg import OVSGGConfig, main
+    from eval_jobs.prepare import prepare_synthetic
     from relate.config import load_config
     from relate.data.corpus import read_corpus
-    from relate.data.export import export_benchmark_suite
 
-    truth = read_corpus(RUN / "synthetic")
-    bench = RUN / "synthetic_bench"
-    export_benchmark_suite(truth, bench)
+    prepare_synthetic(RUN / "synthetic", RUN / "prepared")  # = python -m eval_jobs.prepare synthetic
+    bench = RUN / "prepared" / "synthetic"
     train_file = RUN / "ovsgg_train_corpus.parquet"
     pq.write_table(read_corpus(RUN / "annotated", "train"), train_file)
     cfg = load_config(OVSGGConfig, ROOT / "eval_jobs/configs/ovsgg_synthetic.yaml",
