@@ -298,6 +298,10 @@ def main(cfg: DistillTextConfig) -> DistillResult:
 
 
 if __name__ == "__main__":
-    res = main(parse_job_args(DistillTextConfig, description=__doc__))
+    # Run through the importable module, not __main__: Ray pickles __main__'s functions by value, and
+    # the config class rebuilt that way on a worker fails to build its pydantic serializer.
+    import train_jobs.distill_text as _job
+
+    res = _job.main(parse_job_args(_job.DistillTextConfig, description=__doc__))
     print(res.markdown)
     print(json.dumps(res.acceptance, indent=2))
