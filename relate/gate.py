@@ -182,19 +182,24 @@ def _algorithm1(bt: BoxTable, c: Candidates, cid: np.ndarray, rev: np.ndarray, c
     contact = known & cm.contact[k]
     inter = G.intersection_area(bs, bo)
     a_s, a_o = G.area(bs), G.area(bo)
-    iou = inter / (a_s + a_o - inter + 1e-9)
-    touching = G.gap(bs, bo) <= cfg.touch_tol_px
-    _fire(rule, ps & po & (iou >= cfg.person_iou), "person_duplicate")  # line 1
+    # every ratio test is cross-multiplied, so a pair exactly at a threshold gets Algorithm 1's
+    # verdict (an epsilon in a denominator used to flip IoU = 0.7, 50% and 60% the wrong way)
+    union = a_s + a_o - inter
+    gx, gy = G._axis_gaps(bs, bo)
+    gap2 = np.clip(gx, 0, None) ** 2 + np.clip(gy, 0, None) ** 2
+    touching = gap2 <= cfg.touch_tol_px ** 2
+    _fire(rule, ps & po & (union > 0) & (inter >= cfg.person_iou * union), "person_duplicate")  # line 1
     spatial = np.isin(c.pass_, [_PASS[p] for p in SPATIAL_PASSES])
     # lines 2-13: spatial pass
     _fire(rule, spatial & (ks | ko), "body_part_spatial")
     _fire(rule, spatial & ~(known & cm.layout[k]), "not_layout")
     _fire(rule, spatial & contact & ~touching, "contact_disjoint")
     # containment: |b_s ∩ b_o| >= 0.5 |b_s|, reading "contains" with the roles reversed
-    contained = np.where(rev, inter / (a_o + 1e-9), inter / (a_s + 1e-9))
+    inner = np.where(rev, a_o, a_s)
     is_cont = kind == _KIND["containment"]
-    _fire(rule, spatial & is_cont & (contained < cfg.containment_min), "containment_no_overlap")
-    far = G.gap(bs, bo) > cfg.proximity_gap * np.maximum(G.diag(bs), G.diag(bo))
+    _fire(rule, spatial & is_cont & ((inner <= 0) | (inter < cfg.containment_min * inner)), "containment_no_overlap")
+    diag2 = np.maximum(G.widths(bs) ** 2 + G.heights(bs) ** 2, G.widths(bo) ** 2 + G.heights(bo) ** 2)
+    far = gap2 > cfg.proximity_gap ** 2 * diag2  # line 10, squared: no square-root rounding at the threshold
     is_prox = kind == _KIND["proximity"]
     _fire(rule, spatial & is_prox & ~touching & far, "proximity_far")
     axis = np.where(known, cm.axis[k], 0)
@@ -208,8 +213,7 @@ def _algorithm1(bt: BoxTable, c: Candidates, cid: np.ndarray, rev: np.ndarray, c
     sem = ~spatial
     exempt = known & cm.part_like[k]
     _fire(rule, sem & ~exempt & ks, "body_part_subject")
-    o_inside = np.where(a_o > 0, inter / (a_o + 1e-9), 0.0)
-    _fire(rule, sem & ~exempt & ko & (o_inside >= cfg.body_part_inside), "body_part_object")
+    _fire(rule, sem & ~exempt & ko & (a_o > 0) & (inter >= cfg.body_part_inside * a_o), "body_part_object")
     needs_overlap = contact | is_cont
     _fire(rule, sem & needs_overlap & ~touching, "semantic_disjoint")  # closed boxes share no point
     swap = repairable & (rule == 0)
