@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from relate.corpus_stats import corpus_statistics
+from relate.data.gate_hard_cases import HARD_TAG, format_hard_case_table, score_hard_cases
 from relate.gate_canonical import default_map
 
 __all__ = ["corpus_table20", "direction_balance", "gate_scoring", "geometry_audit", "annotation_statistics",
@@ -125,8 +126,12 @@ def annotation_statistics(kept: pa.Table, rejected: pa.Table | None, counters: M
     stats["outputs"] = dict(counters.get("outputs", {}))
     stats["unusable_outputs"] = dict(counters.get("unusable", {}))
     stats["item_problems"] = dict(counters.get("item_problems", {}))
-    if counters.get("tags"):
-        stats["gate_scoring"] = gate_scoring(counters["tags"], counters.get("rules_on_clean", {}))
+    tags = counters.get("tags") or {}
+    plain = {k: v for k, v in tags.items() if not k.startswith(HARD_TAG)}
+    if plain:
+        stats["gate_scoring"] = gate_scoring(plain, counters.get("rules_on_clean", {}))
+    if len(plain) < len(tags):  # relations on both sides of each threshold (relate.data.gate_hard_cases)
+        stats["gate_hard_cases"] = score_hard_cases(tags)
     return stats
 
 
@@ -159,4 +164,6 @@ def format_annotation_table(stats: Mapping) -> str:
         lines.append(f"{'rule':<24}{'fired':>6}{'precision':>10}")
         for rule, d in sc["per_rule"].items():
             lines.append(f"{rule:<24}{d['fired']:>6}{d['precision']:>10.3f}")
+    if stats.get("gate_hard_cases"):
+        lines.append(format_hard_case_table(stats["gate_hard_cases"]))
     return "\n".join(lines)

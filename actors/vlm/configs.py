@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from relate.config import StrictConfig
+from relate.data.gate_hard_cases import HardCaseConfig
 
 __all__ = ["SamplingConfig", "ErrorRates", "ScriptedConfig", "OpenAIConfig", "TransformersConfig",
            "VLLMConfig", "VLMConfig", "ERROR_TYPES"]
@@ -51,6 +52,8 @@ class ScriptedConfig(StrictConfig):
     direction_bias: float = Field(1.0, ge=0, le=1, description="Probability of stating left/right, above/below, front/behind from the left/upper/front object (the bias balancing corrects).")
     format_noise: float = Field(0.3, ge=0, le=1, description="Probability of recoverable formatting noise (prose, fences, trailing commas, string ids).")
     delay_s: float = Field(0.0, ge=0, description="Sleep per request, to emulate model latency in tests and benchmarks.")
+    hard_cases: HardCaseConfig = Field(default_factory=HardCaseConfig,
+                                       description="Relations on both sides of each Algorithm 1 threshold, scored per rule.")
 
 
 class OpenAIConfig(StrictConfig):

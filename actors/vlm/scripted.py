@@ -5,7 +5,8 @@ injected relation carries ``"injected": <error kind>`` in its JSON item (a field
 never write; the parser passes it through as a tag). It reproduces the annotator behaviour the
 paper describes: semantic relations split between the semantic and grow passes, layout relations
 in the spatial pass stated from the left/upper/front object (the bias balancing removes), and the
-error kinds of Algorithm 1's gates. Outputs are a pure function of (seed, image id, pass), so
+error kinds of Algorithm 1's gates, and, when ``hard_cases.enabled``, relations on both sides of
+every threshold (``relate.data.gate_hard_cases``). Outputs are a pure function of (seed, image id, pass), so
 a resumed run sees exactly the text an uninterrupted one saw.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 from actors.vlm.base import VLM_BACKENDS, VLMRequest
 from actors.vlm.configs import ScriptedConfig
 from relate import geometry as G
+from relate.data.gate_hard_cases import hard_case_items
 from relate.data.lexicon import CONCEPTS, SURFACE_TO_CONCEPT
 
 __all__ = ["ScriptedAnnotator", "ScriptedPlan", "LAYOUT_FAMILIES"]
@@ -173,6 +175,7 @@ class ScriptedAnnotator:
         items += self._common_errors(rng, g, req, items)
         order = rng.permutation(len(items))
         items = [items[int(i)] for i in order] + self._repeats(rng, req, items)
+        items += hard_case_items(req.boxes, req.pass_name, self.cfg.hard_cases)  # no draw: off changes nothing
         malformed = None
         if rng.random() < self.cfg.errors.malformed_json:
             malformed = "truncated" if rng.random() < 0.6 else "prose"

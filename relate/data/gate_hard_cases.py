@@ -181,7 +181,8 @@ def _eligible(rule: _Rule, boxes: Sequence[Mapping], bx: list[_Box], s: int, o: 
 
 
 def hard_case_items(boxes: Sequence[Mapping], pass_name: str, cfg: HardCaseConfig) -> list[dict]:
-    """The hard-case relations of one image and pass (0-based ids, tagged), nearest first."""
+    """The hard-case relations of one image and pass (0-based ids, tagged): per rule and side the
+    ``per_side`` pairs nearest the threshold, the two sides on different unordered pairs."""
     if not cfg.enabled:
         return []
     bx = [_box(b) for b in boxes]
@@ -195,8 +196,10 @@ def hard_case_items(boxes: Sequence[Mapping], pass_name: str, cfg: HardCaseConfi
                 if s != o and _eligible(rule, boxes, bx, s, o, cfg):
                     fires, margin = rule.verdict(bx[s], bx[o], cfg)
                     sides[fires].append((abs(margin), s, o, margin))
+        used: set[frozenset[int]] = set()  # a repaired (o, s) would repeat a kept (s, o): one side per pair
         for fires, found in sides.items():
-            for _, s, o, margin in sorted(found)[: cfg.per_side]:
+            for _, s, o, margin in [x for x in sorted(found) if frozenset(x[1:3]) not in used][: cfg.per_side]:
+                used.add(frozenset((s, o)))
                 tag = f"{HARD_TAG}{rule.name}/{'fire' if fires else 'pass'}/{margin_bin(margin)}"
                 out.append({"subject": s, "object": o, "predicate": rule.predicate, "injected": tag})
     return out

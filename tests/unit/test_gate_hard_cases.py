@@ -107,3 +107,41 @@ def test_verdicts_do_not_use_the_gate_geometry():
     src = open(hc.__file__).read()
     assert "relate.geometry" not in src.split('"""', 2)[2] and "relate.gate" not in src.split('"""', 2)[2]
     assert np.isfinite(expected_verdict("proximity_far", _b(0, 0, 1, 1), _b(3, 3, 4, 4))[1])
+
+
+@pytest.fixture(scope="module")
+def hard_run(tmp_path_factory):
+    """The annotation stages without Ray on synthetic scenes, hard cases on (as the pipeline runs)."""
+    import json
+
+    from pipelines.annotate import AnnotateConfig, annotate_local
+    from pipelines.annotate_stages import merge_counters
+    from relate.annotation_stats import annotation_statistics, format_annotation_table
+    from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA, to_table
+    from tests.unit.test_gate_scoring import synthetic_records
+
+    records = synthetic_records(tmp_path_factory.mktemp("hard"), 60)
+    cfg = AnnotateConfig(duplicate_person_rate=0.5, cpu_batch_size=30,
+                         vlm={"scripted": {"hard_cases": {"enabled": True}}})
+    rows = annotate_local(records, cfg)
+    counters = {}
+    for r in rows:
+        counters = merge_counters(counters, json.loads(r["counters_json"]))
+    kept = to_table([{k: r[k] for k in CORPUS_SCHEMA.names} for r in rows], CORPUS_SCHEMA)
+    rej = to_table([{"image_id": r["image_id"], "rejected": r["rejected"]} for r in rows], REJECTIONS_SCHEMA)
+    stats = annotation_statistics(kept, rej, counters)
+    return stats, format_annotation_table(stats)
+
+
+def test_pipeline_reports_recall_and_precision_per_rule_with_margins(hard_run):
+    stats, table = hard_run
+    hc = stats["gate_hard_cases"]
+    assert set(hc) == {r.name for r in HARD_RULES}
+    for rule, d in hc.items():
+        assert d["fire"] > 0 and d["pass"] > 0, (rule, d)           # both sides of the threshold
+        assert d["recall"] == 1.0 and d["precision"] == 1.0 and d["other_rule"] == 0, (rule, d)
+    near = {rule for rule, d in hc.items() for k in d["by_margin"] if k.split()[1] in ("=0", "<0.01", "<0.03")}
+    assert {"contact_disjoint", "semantic_disjoint", "proximity_far", "direction_repair", "containment_no_overlap"} <= near
+    assert "gate hard cases" in table and "fired/n by side and |margin|" in table
+    # the ordinary injected errors are still scored on their own, unmixed with the hard cases
+    assert not any(k.startswith("hard/") for k in stats["gate_scoring"]["per_error_kind"])
