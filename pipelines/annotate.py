@@ -4,45 +4,56 @@
 ``ray job submit``). Ray Data graph per image: read record -> draw markers -> semantic pass ->
 grow pass -> spatial pass (each: prompt, generate, parse) -> gate (Algorithm 1, repair,
 balance, top-up, dedup). The driver streams finished images into shards and writes each shard
-atomically once complete:
+atomically once all its images are back (layout in :mod:`pipelines.annotate_shards`): kept
+relations, rejections (including images that could not be read, with the reason), counters and
+run statistics; a shard whose VLM calls failed after their retries leaves its failures table
+and pending state instead.
 
-    <out_dir>/corpus/<split>/part-NNNNN.parquet        kept relations (CORPUS_SCHEMA)
-    <out_dir>/rejections/<split>/part-NNNNN.parquet    rejections with the rule (REJECTIONS_SCHEMA)
-    <out_dir>/stats/shards/<split>-part-NNNNN.json     counters (written last: marks the shard done)
-    <out_dir>/stats/annotation_stats.json              run statistics (also printed as a table)
+The input is a run folder of image records (``input_dir``, with or without relations) or your
+own images plus a boxes file (``images``, see :mod:`pipelines.annotate_input`).
 
 Shard membership is fixed by sorted image id, every per-image decision is a pure function of the
-image (seeded by its id), so after a crash a rerun processes only the unfinished shards and ends
-with a corpus identical to an uninterrupted run.
+image (seeded by its id), so after a crash a rerun processes only the unfinished shards, and
+after failed calls a rerun makes exactly those calls again; either way the corpus ends
+identical to an uninterrupted, failure-free run. A run that cannot succeed (the VLM is down,
+the key is wrong) stops with :class:`AnnotationStopped` after writing what it finished.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from actors.vlm.configs import VLMConfig
-from pipelines.annotate_stages import (VLM_PASSES, GateStage, MarkStage, ParseStage, PassesStage, PromptStage,
-                                       merge_counters)
-from relate.annotation_stats import annotation_statistics, format_annotation_table
+from pipelines.annotate_input import ImagesInput, read_records
+from pipelines.annotate_shards import (NOT_RUN, atomic_write, balance_shard, load_pending, read_failures,
+                                       shard_paths, write_shard)
+from pipelines.annotate_stages import (STOP_KINDS, VLM_PASSES, GateStage, MarkStage, ParseStage, PassesStage, PromptStage,
+                                       merge_counters, rows_to_table)
+from relate.annotation_stats import annotation_statistics, format_annotation_table, format_vlm_line, vlm_call_stats
 from relate.config import StrictConfig, dump_config, parse_job_args
-from relate.data.corpus import SPLITS, read_corpus
-from relate.gate import BoxTable, Candidates, GateConfig, TopUpConfig, balance_relations
+from relate.data.corpus import SPLITS
+from relate.gate import GateConfig, TopUpConfig
 from relate.jobinfo import Progress, run_name
 from relate.placement import ResourcesConfig, ray_remote_args
-from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA, to_table, validate_corpus, validate_rejections
+from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA
 
-__all__ = ["AnnotateConfig", "AnnotateResult", "build_annotation", "main", "shard_plan", "annotate_local"]
+__all__ = ["AnnotateConfig", "AnnotateResult", "AnnotationStopped", "build_annotation", "main", "shard_plan",
+           "annotate_local"]
+
+_write_shard = write_shard  # the name benchmarks/annotate_overhead.py imports
+
+
+class AnnotationStopped(RuntimeError):
+    """The run cannot succeed (VLM unreachable or misconfigured); what it finished is on disk."""
 
 
 class StageResources(StrictConfig):
@@ -56,8 +67,9 @@ class StageResources(StrictConfig):
 class AnnotateConfig(StrictConfig):
     """The annotation job."""
 
-    input_dir: str = Field("runs/synthetic", description="Run folder holding corpus/<split>/*.parquet (images + boxes).")
-    out_dir: str = Field("runs/annotated", description="Where kept/rejected shards and statistics go.")
+    input_dir: str = Field("runs/synthetic", description="Run folder holding corpus/<split>/*.parquet (image records + boxes; a relations column is optional). Ignored when 'images' is set.")
+    images: ImagesInput | None = Field(None, description="Annotate your own images instead: a folder plus a JSON Lines boxes file (categories optional, no relations).")
+    out_dir: str = Field("runs/annotated", description="Where kept/rejected shards, failures and statistics go.")
     splits: list[str] = Field(default_factory=lambda: list(SPLITS), description="Splits to annotate.")
     limit: int | None = Field(None, ge=1, description="Annotate only the first N images per split (by id).")
     shard_size: int = Field(64, ge=1, description="Images per output shard (the unit of resume).")
@@ -66,7 +78,8 @@ class AnnotateConfig(StrictConfig):
     duplicate_person_rate: float = Field(0.0, ge=0, le=1, description="Synthetic only: add a jittered duplicate person box with this probability, to exercise the person gate.")
     seed: int = Field(0, description="Seed of the synthetic box noise.")
     prompt_dir: str | None = Field(None, description="Folder of alternative prompt templates (default: relate/prompts).")
-    vlm: VLMConfig = Field(default_factory=VLMConfig, description="Annotator backend.")
+    vlm: VLMConfig = Field(default_factory=VLMConfig, description="Annotator backend (retries and backoff of HTTP calls: vlm.openai.max_retries, backoff_s, max_backoff_s).")
+    max_consecutive_failures: int | None = Field(64, ge=1, description="Stop the run (AnnotationStopped) when this many VLM calls in a row fail after their retries in one actor: the VLM is down or misconfigured. None: never stop, record every failure.")
     generate: StageResources = Field(default_factory=StageResources, description="Resources of the generate stage.")
     gate: GateConfig = Field(default_factory=GateConfig, description="Algorithm 1 thresholds and balancing.")
     topup: TopUpConfig = Field(default_factory=TopUpConfig, description="Geometric top-up of sparse images.")
@@ -90,87 +103,32 @@ class AnnotateResult:
     stats: dict
     shards_written: int
     shards_skipped: int
+    shards_incomplete: int = 0
+    failures: pa.Table | None = field(default=None, repr=False)  # outstanding failed calls (FAILURES_SCHEMA)
 
-
-def _shard_name(split: str, k: int) -> str:
-    return f"part-{k:05d}"
+    @property
+    def complete(self) -> bool:
+        return self.shards_incomplete == 0
 
 
 def shard_plan(cfg: AnnotateConfig) -> pa.Table:
     """All input image records with their split and shard (``<split>/part-NNNNN``), sorted by id."""
     tables = []
-    for split in cfg.splits:
-        try:
-            t = read_corpus(cfg.input_dir, split)
-        except FileNotFoundError:
-            continue
-        t = t.sort_by("image_id")
+    for split, t in read_records(cfg.input_dir, cfg.splits, cfg.images).items():
         if cfg.limit:
             t = t.slice(0, cfg.limit)
-        shard = [f"{split}/{_shard_name(split, i // cfg.shard_size)}" for i in range(t.num_rows)]
-        t = t.rename_columns([("reference" if c == "relations" else c) for c in t.column_names])
+        shard = [f"{split}/part-{i // cfg.shard_size:05d}" for i in range(t.num_rows)]
         tables.append(t.append_column("shard", pa.array(shard, pa.string())))
     if not tables:
-        raise FileNotFoundError(f"no input corpus for splits {cfg.splits} under {cfg.input_dir}")
+        where = cfg.images.boxes_file if cfg.images else f"{cfg.input_dir} (splits {cfg.splits})"
+        raise FileNotFoundError(f"no input images in {where}")
     return pa.concat_tables(tables)
 
 
-def _paths(out: Path, shard: str) -> tuple[Path, Path, Path]:
-    split, name = shard.split("/")
-    return (out / "corpus" / split / f"{name}.parquet", out / "rejections" / split / f"{name}.parquet",
-            out / "stats" / "shards" / f"{split}-{name}.json")
+def _outcomes_table(batch: pa.Table) -> pa.Table:
+    from actors.vlm.vllm_data import vllm_outcomes
 
-
-def _atomic_write(path: Path, write) -> None:
-    """Write to a temporary name in the same folder, fsync, then rename (all or nothing)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _balance_shard(rows: list[dict], shard: str, gate: GateConfig) -> None:
-    """Restate with p=1/2, stratified over the whole shard (§4.1), then drop new duplicates.
-
-    Shards are fixed by the plan, so this is as deterministic as the per-image steps, and a
-    shard's left/right, above/below and front/behind counts end within one of each other.
-    """
-    if not gate.balance:
-        return
-    bt = BoxTable.from_images([r["image_id"] for r in rows], [r["boxes"] for r in rows])
-    flat = [(i, rel) for i, r in enumerate(rows) for rel in r["relations"]]
-    c = Candidates.from_lists([i for i, _ in flat], [x["subject"] for _, x in flat], [x["object"] for _, x in flat],
-                              [x["predicate"] for _, x in flat], [x["pass"] for _, x in flat])
-    strata = np.full(len(flat), zlib.crc32(shard.encode()), np.uint64)
-    s, o, pred, restated, dup = balance_relations(bt, c, gate, strata)
-    for r in rows:
-        r["relations"] = []
-    for j, (i, rel) in enumerate(flat):
-        if dup[j]:
-            rows[i]["rejected"].append(dict(subject=rel["subject"], object=rel["object"], predicate=rel["predicate"],
-                                            rule="duplicate", **{"pass": rel["pass"]}))
-            continue
-        if restated[j]:
-            rel = dict(rel, subject=int(s[j]), object=int(o[j]), predicate=str(pred[j]), gate="restated")
-        rows[i]["relations"].append(rel)
-
-
-def _write_shard(out: Path, shard: str, rows: list[dict], gate: GateConfig) -> None:
-    rows = sorted(rows, key=lambda r: r["image_id"])
-    _balance_shard(rows, shard, gate)
-    kept = to_table([{k: r[k] for k in CORPUS_SCHEMA.names} for r in rows], CORPUS_SCHEMA, table=shard)
-    rej = to_table([{"image_id": r["image_id"], "rejected": r["rejected"]} for r in rows], REJECTIONS_SCHEMA, table=shard)
-    validate_corpus(kept, name=f"kept {shard}")
-    validate_rejections(rej, name=f"rejected {shard}")
-    counters: dict = {"images": len(rows)}
-    for r in rows:
-        counters = merge_counters(counters, json.loads(r["counters_json"]))
-    kp, rp, sp = _paths(out, shard)
-    _atomic_write(kp, lambda p: pq.write_table(kept, p))
-    _atomic_write(rp, lambda p: pq.write_table(rej, p))
-    _atomic_write(sp, lambda p: p.write_text(json.dumps(counters, sort_keys=True)))  # last: shard complete
+    return rows_to_table(vllm_outcomes(batch), batch.schema)
 
 
 def build_annotation(ds, cfg: AnnotateConfig):
@@ -185,10 +143,13 @@ def build_annotation(ds, cfg: AnnotateConfig):
         for pass_name in VLM_PASSES:
             ds = ds.map_batches(PromptStage(pass_name, cfg.id_base, cfg.prompt_dir), **cpu)
             ds = build_vllm_processor(cfg.vlm.vllm, gen.resources)(ds)
-            ds = ds.map_batches(ParseStage(pass_name, cfg.id_base), **cpu)
+            ds = ds.map_batches(_outcomes_table, **cpu)  # engine errors -> recorded failures
+            ds = ds.map_batches(ParseStage(pass_name, cfg.id_base, max_consecutive_failures=cfg.max_consecutive_failures),
+                                **cpu)
     else:
         ds = ds.map_batches(PassesStage, fn_constructor_kwargs=dict(vlm=cfg.vlm.model_dump(), id_base=cfg.id_base,
-                            prompt_dir=cfg.prompt_dir), batch_format="pyarrow", batch_size=gen.batch_size,
+                            prompt_dir=cfg.prompt_dir, max_consecutive_failures=cfg.max_consecutive_failures),
+                            batch_format="pyarrow", batch_size=gen.batch_size,
                             compute=ray.data.ActorPoolStrategy(min_size=1, max_size=gen.concurrency),
                             **ray_remote_args(gen.resources))
     # balancing needs the whole shard (its strata), so the driver does it when a shard completes
@@ -217,36 +178,99 @@ def annotate_local(records: pa.Table, cfg: AnnotateConfig, out_dir: str | Path |
     for shard, group in sorted(by_shard.items()):
         group.sort(key=lambda r: r["image_id"])
         if out_dir is not None:
-            _write_shard(Path(out_dir), shard, group, cfg.gate)  # balances in place, then writes
+            write_shard(Path(out_dir), shard, group, cfg.gate)  # balances in place, then writes
         else:
-            _balance_shard(group, shard, cfg.gate)
+            balance_shard([r for r in group if not r.get("image_error") and not r.get("failure_json")], shard, cfg.gate)
         out += group
     return out
 
 
-def _pending(cfg: AnnotateConfig, plan: pa.Table) -> tuple[pa.Table, set[str], int]:
+_STATE = {"resume_from": (pa.int32(), 0), "attempts_before": (pa.int32(), 0), "cands_json": (pa.string(), "[]"),
+          "counters_json": (pa.string(), "{}")}  # what a resumed image carries into the passes
+
+
+def _with_state(t: pa.Table) -> pa.Table:
+    for name, (typ, default) in _STATE.items():
+        t = t.append_column(name, pa.array([default] * t.num_rows, typ))
+    return t
+
+
+def _resume_row(plan_row: dict, left: dict) -> dict:
+    """A failed image as a rerun's input: its record plus the state after its last good call."""
+    f = json.loads(left["failure_json"])
+    return dict(plan_row, resume_from=VLM_PASSES.index(f["pass"]), attempts_before=int(f.get("attempts", 0)),
+                cands_json=left.get("cands_json") or "[]", counters_json=left.get("counters_json") or "{}")
+
+
+def _work(cfg: AnnotateConfig, plan: pa.Table) -> tuple[pa.Table, dict[str, list[dict]], int]:
+    """What this run annotates (input rows with resume state), the images earlier runs finished
+    in incomplete shards (carried), and how many shards were complete before."""
     out = Path(cfg.out_dir)
     shards = sorted(set(plan.column("shard").to_pylist()))
-    done = {s for s in shards if all(p.exists() for p in _paths(out, s))}
-    mask = [s not in done for s in plan.column("shard").to_pylist()]
-    return plan.filter(pa.array(mask)), set(shards) - done, len(done)
+    done = {s for s in shards if shard_paths(out, s).done()}
+    for s in done:  # a run killed between the done marker and the clean-up left these behind
+        shard_paths(out, s).pending.unlink(missing_ok=True)
+        shard_paths(out, s).failures.unlink(missing_ok=True)
+    carried: dict[str, list[dict]] = {}
+    failed: dict[str, dict] = {}
+    for s in sorted(set(shards) - done):
+        left = load_pending(out, s)
+        if left is not None:
+            carried[s] = [r for r in left if not r.get("failure_json")]
+            failed.update({r["image_id"]: r for r in left if r.get("failure_json")})
+    shard_col = plan.column("shard").to_pylist()
+    fresh = plan.filter(pa.array([s not in done and s not in carried for s in shard_col]))
+    parts = [_with_state(fresh)] if fresh.num_rows else []
+    if failed:
+        again = plan.filter(pa.array([i in failed for i in plan.column("image_id").to_pylist()])).to_pylist()
+        resumed = [_resume_row(r, failed[r["image_id"]]) for r in again]
+        parts.append(rows_to_table(resumed, _with_state(plan.slice(0, 0)).schema).select(_with_state(plan.slice(0, 0)).schema.names))
+    work = pa.concat_tables([p.cast(parts[0].schema) for p in parts]) if parts else _with_state(plan.slice(0, 0))
+    return work, carried, len(done)
 
 
 def _final_stats(cfg: AnnotateConfig, shards: Sequence[str]) -> dict:
+    """Run statistics over the complete shards, plus the calls and failures of incomplete ones."""
     out = Path(cfg.out_dir)
     kept, rej, counters = [], [], {}
     for s in sorted(shards):
-        kp, rp, sp = _paths(out, s)
-        kept.append(pq.read_table(kp))
-        rej.append(pq.read_table(rp))
-        counters = merge_counters(counters, json.loads(sp.read_text()))
-    stats = annotation_statistics(pa.concat_tables(kept), pa.concat_tables(rej), counters)
-    _atomic_write(out / "stats" / "annotation_stats.json", lambda p: p.write_text(json.dumps(stats, indent=2, sort_keys=True)))
+        p = shard_paths(out, s)
+        if p.done():
+            kept.append(pq.read_table(p.kept))
+            rej.append(pq.read_table(p.rejected))
+            counters = merge_counters(counters, json.loads(p.stats.read_text()))
+        else:
+            for r in load_pending(out, s) or []:
+                counters = merge_counters(counters, {"vlm": json.loads(r.get("counters_json") or "{}").get("vlm", {})})
+    stats = annotation_statistics(pa.concat_tables(kept) if kept else CORPUS_SCHEMA.empty_table(),
+                                  pa.concat_tables(rej) if rej else REJECTIONS_SCHEMA.empty_table(), counters)
+    fails = read_failures(out)
+    outstanding = {}
+    for k in fails.column("kind").to_pylist():
+        outstanding[k] = outstanding.get(k, 0) + 1
+    stats["vlm"] = vlm_call_stats(counters, outstanding)
+    stats["images_failed"] = len(set(fails.column("image_id").to_pylist()))
+    atomic_write(out / "stats" / "annotation_stats.json", lambda p: p.write_text(json.dumps(stats, indent=2, sort_keys=True)))
     return stats
 
 
+def _stopped(out: Path, work: pa.Table, buffers: dict[str, list[dict]], carried: dict[str, list[dict]],
+             gate: GateConfig) -> None:
+    """Save what a stopping run finished: each shard with new images keeps them as pending, the
+    images that did not come back listed as not run (a rerun annotates exactly those)."""
+    for s, buf in buffers.items():
+        if not buf:
+            continue  # nothing new: the shard's files (none, or an earlier run's pending) stand as they were
+        got = {r["image_id"] for r in buf}
+        rest = work.filter(pa.compute.equal(work.column("shard"), s)).to_pylist()
+        missing = [dict(r, failure_json=json.dumps({"pass": VLM_PASSES[r["resume_from"]], "kind": NOT_RUN, "attempts": r["attempts_before"],
+                                                    "message": "the run stopped before this image was annotated"}))
+                   for r in rest if r["image_id"] not in got]
+        write_shard(out, s, carried.get(s, []) + buf + missing, gate)
+
+
 def main(cfg: AnnotateConfig) -> AnnotateResult:
-    """Run (or resume) the annotation job; returns the run statistics."""
+    """Run (or resume) the annotation job; returns the run statistics and any outstanding failures."""
     import ray
 
     out = Path(cfg.out_dir)
@@ -255,33 +279,74 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
     for stale in out.rglob(".*.tmp-*"):  # half-written files of a killed driver: never read, drop them
         stale.unlink(missing_ok=True)
     plan = shard_plan(cfg)
-    pending, todo, skipped = _pending(cfg, plan)
-    expected = {s: c for s, c in zip(*_counts(pending))}
-    buffers: dict[str, list[dict]] = {s: [] for s in todo}
-    written = 0
+    all_shards = sorted(set(plan.column("shard").to_pylist()))
+    work, carried, skipped = _work(cfg, plan)
+    expected = dict(zip(*_counts(work)))
+    buffers: dict[str, list[dict]] = {s: [] for s in expected}
+    written = incomplete = 0
     name = run_name("annotate", cfg.out_dir)
-    print(f"[{name}] {plan.num_rows} images in {len(todo) + skipped} shards: {skipped} done before, "
-          f"{len(todo)} to annotate ({pending.num_rows} images)", flush=True)
-    if pending.num_rows:
+    print(f"[{name}] {plan.num_rows} images in {len(all_shards)} shards: {skipped} done before, {len(expected)} to "
+          f"annotate ({work.num_rows} images, {sum(map(len, carried.values()))} kept from earlier runs)", flush=True)
+    if work.num_rows:
         if not ray.is_initialized():
             ray.init(ignore_reinit_error=True, log_to_driver=False)
         step = cfg.cpu_batch_size
-        chunks = [pending.slice(i, step) for i in range(0, pending.num_rows, step)]
-        ds = build_annotation(ray.data.from_arrow(chunks), cfg)
+        ds = build_annotation(ray.data.from_arrow([work.slice(i, step) for i in range(0, work.num_rows, step)]), cfg)
         ds.set_name(name)  # the Ray Data dashboard and metric tags show the run, not "dataset_17"
-        progress = Progress(name, "shards", len(todo))
-        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            for row in batch.to_pylist():
-                buf = buffers[row["shard"]]
-                buf.append(row)
-                if len(buf) == expected[row["shard"]]:
-                    _write_shard(out, row["shard"], buf, cfg.gate)
-                    buffers[row["shard"]] = []
-                    written += 1
-                    progress.update()
-    stats = _final_stats(cfg, sorted(set(plan.column("shard").to_pylist())))
+        seen: dict = {}
+        progress = Progress(name, "shards", len(expected),
+                            emit=lambda line: print(f"{line} | {format_vlm_line(vlm_call_stats(seen))}", flush=True))
+        try:
+            for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                for row in batch.to_pylist():
+                    s = row["shard"]
+                    buffers[s].append(row)
+                    if len(buffers[s]) == expected[s]:
+                        rows = carried.pop(s, []) + buffers.pop(s)
+                        if write_shard(out, s, rows, cfg.gate):
+                            written += 1
+                        else:
+                            incomplete += 1
+                        for r in rows:
+                            seen = merge_counters(seen, {"vlm": json.loads(r.get("counters_json") or "{}").get("vlm", {})})
+                        progress.update()
+        except Exception as exc:
+            _stopped(out, work, buffers, carried, cfg.gate)
+            _final_stats(cfg, all_shards)
+            cause = _cause(exc)
+            raise AnnotationStopped(f"annotation stopped: {cause}. Everything finished is on disk under {out} "
+                                    f"(complete shards, and pending/ + failures/ for the rest); fix the cause and rerun "
+                                    f"the same command: it annotates only what is missing") from exc
+    stats = _final_stats(cfg, all_shards)
     print(format_annotation_table(stats))
-    return AnnotateResult(out, stats, written, skipped)
+    fails = read_failures(out)
+    n_inc = sum(1 for s in all_shards if not shard_paths(out, s).done())
+    fatal = [f for f in fails.to_pylist() if f["kind"] in STOP_KINDS]
+    if fatal:
+        raise AnnotationStopped(f"annotation stopped: {fatal[0]['message']}. {len(all_shards) - n_inc} shards are complete "
+                                f"and every finished image of the other {n_inc} is kept under {out / 'pending'}; "
+                                f"{fails.num_rows} calls are listed in {out / 'failures'}. Fix the cause and rerun the "
+                                f"same command: it annotates only what is missing")
+    if n_inc:
+        print(f"[{name}] INCOMPLETE: {fails.num_rows} VLM calls failed after their retries "
+              f"({format_vlm_line(stats['vlm'])}) in {n_inc} shards; listed in {out / 'failures'}; "
+              f"rerun the same command to retry exactly those calls", flush=True)
+    return AnnotateResult(out, stats, written, skipped, n_inc, fails)
+
+
+def _cause(exc: BaseException) -> str:
+    """The message of the error that stopped the run, dug out of Ray's wrappers (which put the
+    worker's traceback first and their own advice last)."""
+    import re
+
+    seen = exc
+    while seen is not None:
+        m = re.search(r"(\w+Error): (.+)", str(seen))
+        if m:
+            return m.group(2).strip()
+        seen = seen.__cause__
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _counts(t: pa.Table) -> tuple[list[str], list[int]]:
@@ -293,4 +358,5 @@ if __name__ == "__main__":
     # run through the importable module, not __main__, so Ray workers unpickle stages and configs by reference
     import pipelines.annotate as _job
 
-    _job.main(parse_job_args(_job.AnnotateConfig, sys.argv[1:], description=__doc__.splitlines()[0]))
+    _res = _job.main(parse_job_args(_job.AnnotateConfig, sys.argv[1:], description=__doc__.splitlines()[0]))
+    sys.exit(0 if _res.complete else 3)  # failed calls are listed; a nonzero exit makes the job show it

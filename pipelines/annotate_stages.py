@@ -4,6 +4,12 @@ Each stage takes and returns a ``pyarrow.Table`` batch, declares the columns it 
 on a table built from a list of dicts in a unit test. Between stages the per-image candidate
 relations travel as a JSON string column (``cands_json``), so blocks never disagree on nested
 types when a batch happens to have no relations at all.
+
+Nothing is dropped on the way. An image that cannot be read carries ``image_error`` (rule and
+message) past the VLM passes and leaves the gate as an image-level rejection. A VLM call that
+fails after its retries sets ``failure_json`` (pass, kind, message, attempts): later passes skip
+the row and the gate passes it through with its state (``cands_json``, ``counters_json``), so a
+rerun resumes it at the failed pass (``resume_from``) and repeats no call that succeeded.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from actors.vlm.base import VLMRequest, create_backend
+from actors.vlm.base import VLMOutcome, VLMRequest, create_backend
 from actors.vlm.configs import VLMConfig
-from actors.vlm.vllm_data import TEXT_COLUMN
+from actors.vlm.vllm_data import ATTEMPTS_COLUMN, ERROR_COLUMN, TEXT_COLUMN
+from pipelines.annotate_images import ImageProblem, check_boxes, load_checked_image
 from relate.gate import (BoxTable, Candidates, GateConfig, GateResult, TopUpConfig, gate_relations,
                          topup_candidates)
 from relate.gate_canonical import default_map
@@ -26,18 +33,39 @@ from relate.prompts import draft_list, load_prompt, object_list
 from relate.schema import BOX_TYPE, PASSES, REJECTION_TYPE, RELATION_TYPE
 
 __all__ = ["MarkStage", "PromptStage", "GenerateStage", "ParseStage", "PassesStage", "GateStage", "rows_to_table",
-           "merge_counters", "VLM_PASSES"]
+           "merge_counters", "VLM_PASSES", "UNAVAILABLE", "CONFIG_ERROR", "STOP_KINDS", "image_rejection"]
 
 VLM_PASSES = ("semantic", "grow", "spatial")
 _EXTRA_TYPES = {"image_png": pa.binary(), "prompt": pa.string(), TEXT_COLUMN: pa.string(),
                 "cands_json": pa.string(), "counters_json": pa.string(), "shard": pa.string(),
                 "relations": pa.list_(RELATION_TYPE), "rejected": pa.list_(REJECTION_TYPE),
-                "reference": pa.list_(RELATION_TYPE), "boxes": pa.list_(BOX_TYPE)}
+                "reference": pa.list_(RELATION_TYPE), "boxes": pa.list_(BOX_TYPE), "image_error": pa.string(),
+                "failure_json": pa.string(), "resume_from": pa.int32(), "attempts_before": pa.int32(),
+                ERROR_COLUMN: pa.string(), ATTEMPTS_COLUMN: pa.int32()}
+
+
+UNAVAILABLE = "vlm_unavailable"  # a call not made: the breaker had tripped (the VLM is down)
+CONFIG_ERROR = "config_error"  # 401/403/404: wrong key, model or URL; no call can succeed
+STOP_KINDS = (UNAVAILABLE, CONFIG_ERROR)  # failures that mean the run cannot succeed as configured
+
+
+def _active(row: dict, pass_name: str) -> bool:
+    """Does this row still need ``pass_name``? Not when its image failed, an earlier call failed,
+    or (on a rerun) the pass already succeeded before."""
+    return (not row.get("image_error") and not row.get("failure_json")
+            and VLM_PASSES.index(pass_name) >= (row.get("resume_from") or 0))
+
+
+def image_rejection(error_json: str) -> dict:
+    """The rejection row of an image that could not be annotated (no relation: indices -1, the
+    message in ``predicate`` so the file and the fault travel with the rule)."""
+    e = json.loads(error_json)
+    return dict(subject=-1, object=-1, predicate=e["message"], rule=e["rule"], **{"pass": VLM_PASSES[0]})
 
 
 def rows_to_table(rows: list[dict], like: pa.Schema) -> pa.Table:
     """Rows -> table, typing known columns explicitly (empty lists stay well-typed)."""
-    names = list(rows[0].keys()) if rows else [f.name for f in like]
+    names = list(dict.fromkeys(k for r in rows for k in r)) if rows else [f.name for f in like]  # rows may differ
     fields = []
     for n in names:
         if n in _EXTRA_TYPES:
@@ -85,17 +113,22 @@ class MarkStage:
         row["boxes"] = list(row["boxes"]) + [dict(b, x1=x1, y1=y1, x2=x2, y2=y2)]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from PIL import Image
-
         rows = batch.to_pylist()
         for row in rows:
-            if self.dup_rate > 0:
-                self._noise(row)
-            with Image.open(row["uri"]) as im:
-                pixels = np.asarray(im.convert("RGB"))
-            row["image_png"] = encode_png(draw_markers(pixels, row["boxes"], id_base=self.id_base, outlines=self.outlines))
             row.setdefault("cands_json", "[]")
             row.setdefault("counters_json", "{}")
+            try:
+                pixels = load_checked_image(row["uri"], row.get("width"), row.get("height"))
+                row["height"], row["width"] = int(pixels.shape[0]), int(pixels.shape[1])
+                check_boxes(row["uri"], row["boxes"], row["width"], row["height"])
+            except ImageProblem as exc:
+                row["image_error"] = json.dumps({"rule": exc.rule, "message": exc.message})
+                row["image_png"] = b""
+                continue
+            row["image_error"] = None
+            if self.dup_rate > 0:
+                self._noise(row)
+            row["image_png"] = encode_png(draw_markers(pixels, row["boxes"], id_base=self.id_base, outlines=self.outlines))
         return rows_to_table(rows, batch.schema)
 
 
@@ -120,6 +153,9 @@ class PromptStage:
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
         for row in rows:
+            if not _active(row, self.pass_name):
+                row["prompt"] = ""
+                continue
             cats = [b["category"] for b in row["boxes"]]
             values = dict(n=len(cats), object_list=object_list(cats, self.id_base))
             if "draft" in self.template.fields:
@@ -137,7 +173,7 @@ class GenerateStage:
 
     _shared: dict = {}
 
-    def __init__(self, vlm: VLMConfig | dict, pass_name: str, id_base: int = 1) -> None:
+    def __init__(self, vlm: VLMConfig | dict, pass_name: str, id_base: int = 1, breaker: "_Breaker | None" = None) -> None:
         self.cfg = vlm if isinstance(vlm, VLMConfig) else VLMConfig.model_validate(vlm)
         key = self.cfg.model_dump_json()
         if key not in GenerateStage._shared:  # one model per process, shared by the three passes
@@ -145,18 +181,39 @@ class GenerateStage:
         self.backend = GenerateStage._shared[key]
         self.pass_name, self.id_base = pass_name, id_base
         self.scripted = self.cfg.backend == "scripted"
+        self.breaker = breaker
+
+    def _outcomes(self, reqs: list[VLMRequest]) -> list[VLMOutcome]:
+        if self.breaker is not None and self.breaker.tripped:
+            return [VLMOutcome(None, 0, UNAVAILABLE, self.breaker.tripped) for _ in reqs]
+        if hasattr(self.backend, "generate_outcomes"):  # per-call retries and failures (HTTP)
+            from actors.vlm.http import HTTPBackendError
+
+            try:
+                return self.backend.generate_outcomes(reqs)
+            except HTTPBackendError as exc:
+                return [VLMOutcome(None, 1, CONFIG_ERROR, str(exc)[:500]) for _ in reqs]
+        try:
+            return [VLMOutcome(t) for t in self.backend.generate(reqs)]
+        except Exception as exc:  # noqa: BLE001 - an engine error fails these calls, recorded, not the run
+            return [VLMOutcome(None, 1, "backend_error", f"{type(exc).__name__}: {exc}"[:500]) for _ in reqs]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
+        live = [r for r in rows if _active(r, self.pass_name)]
         reqs = [VLMRequest(image_png=r["image_png"], prompt=r["prompt"], image_id=r["image_id"],
                            pass_name=self.pass_name, boxes=r["boxes"],
                            reference=(r.get("reference") or []) if self.scripted else (),
-                           draft=tuple(_draft(r)), id_base=self.id_base) for r in rows]
-        texts = self.backend.generate(reqs)
-        if len(texts) != len(rows):
-            raise RuntimeError(f"backend {self.cfg.backend!r} returned {len(texts)} answers for {len(rows)} requests")
-        for r, t in zip(rows, texts):
-            r[TEXT_COLUMN] = t
+                           draft=tuple(_draft(r)), id_base=self.id_base) for r in live]
+        outs = self._outcomes(reqs) if reqs else []
+        if len(outs) != len(live):
+            raise RuntimeError(f"backend {self.cfg.backend!r} returned {len(outs)} answers for {len(live)} requests")
+        for r in rows:
+            r[TEXT_COLUMN], r[ERROR_COLUMN], r[ATTEMPTS_COLUMN] = None, None, 0
+        for r, o in zip(live, outs):
+            r[TEXT_COLUMN] = o.text
+            r[ERROR_COLUMN] = None if o.ok else json.dumps({"kind": o.kind, "message": o.message})
+            r[ATTEMPTS_COLUMN] = o.attempts
         return rows_to_table(rows, batch.schema)
 
 
@@ -169,9 +226,10 @@ class PassesStage:
     """
 
     def __init__(self, vlm: VLMConfig | dict, id_base: int = 1, prompt_dir: str | None = None,
-                 passes: Sequence[str] = VLM_PASSES) -> None:
-        self.steps = [(PromptStage(p, id_base, prompt_dir), GenerateStage(vlm, p, id_base), ParseStage(p, id_base))
-                      for p in passes]
+                 passes: Sequence[str] = VLM_PASSES, max_consecutive_failures: int | None = None) -> None:
+        breaker = _Breaker(max_consecutive_failures)  # shared: consecutive over all passes of this actor
+        self.steps = [(PromptStage(p, id_base, prompt_dir), GenerateStage(vlm, p, id_base, breaker),
+                       ParseStage(p, id_base, breaker=breaker)) for p in passes]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         for prompt, generate, parse in self.steps:
@@ -179,28 +237,67 @@ class PassesStage:
         return batch
 
 
-class ParseStage:
-    """Parse ``vlm_text`` into candidates appended to ``cands_json``; count every problem."""
+class _Breaker:
+    """Counts failed calls in a row. Past ``limit`` (or at once on a configuration error) it trips:
+    the VLM is down or misconfigured, so later calls are not made but recorded as UNAVAILABLE.
+    Tripping instead of raising lets every finished image still reach the driver and the disk
+    (Ray Data drops a failed job's in-flight batches); the driver then stops the run."""
 
-    def __init__(self, pass_name: str, id_base: int = 1, drop_label_mismatch: bool = False) -> None:
+    def __init__(self, limit: int | None) -> None:
+        self.limit, self.run, self.tripped = limit, 0, None
+
+    def record(self, failed: bool, kind: str = "", message: str = "") -> None:
+        self.run = self.run + 1 if failed else 0
+        if self.tripped is None and failed and (kind == CONFIG_ERROR or (self.limit is not None and self.run >= self.limit)):
+            self.tripped = (f"{self.run} VLM calls failed in a row (last: {kind}: {message[:200]}); "
+                            f"the server or engine looks down or misconfigured")
+
+
+class ParseStage:
+    """Parse ``vlm_text`` into candidates appended to ``cands_json``; count every problem.
+
+    A failed call (``vlm_error``) is recorded instead: ``failure_json`` names the pass, kind,
+    message and attempts (over all runs), and the counters gain the call, its retries and the
+    failure kind. ``max_consecutive_failures`` failures in a row trip the breaker (see _Breaker).
+    """
+
+    def __init__(self, pass_name: str, id_base: int = 1, drop_label_mismatch: bool = False,
+                 max_consecutive_failures: int | None = None, breaker: _Breaker | None = None) -> None:
         self.pass_name, self.id_base, self.drop = pass_name, id_base, drop_label_mismatch
+        self.breaker = breaker or _Breaker(max_consecutive_failures)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
         for row in rows:
-            res = parse_relations(row.get(TEXT_COLUMN), id_base=self.id_base,
+            text, err, attempts = row.pop(TEXT_COLUMN, None), row.pop(ERROR_COLUMN, None), row.pop(ATTEMPTS_COLUMN, None)
+            row.pop("prompt", None)
+            if not _active(row, self.pass_name):
+                continue
+            attempts = 1 if attempts is None else int(attempts)
+            counters = json.loads(row.get("counters_json") or "{}")
+            vlm = {"calls": {self.pass_name: 1}, "attempts": attempts, "retries": max(attempts - 1, 0)}
+            if err:
+                e = json.loads(err)
+                total = attempts + int(row.get("attempts_before") or 0)
+                row["failure_json"] = json.dumps(dict(e, attempts=total, **{"pass": self.pass_name}))
+                row["resume_from"] = VLM_PASSES.index(self.pass_name)
+                skipped = e["kind"] == UNAVAILABLE  # never made: not a call, not a retry
+                tally = {"skipped_calls": 1} if skipped else dict(vlm, failed_calls={e["kind"]: 1})
+                row["counters_json"] = json.dumps(merge_counters(counters, {"vlm": tally}))
+                if not skipped:
+                    self.breaker.record(True, e["kind"], e.get("message", ""))
+                continue
+            self.breaker.record(False)
+            res = parse_relations(text, id_base=self.id_base,
                                   labels=[b["category"] for b in row["boxes"]], drop_label_mismatch=self.drop)
             cands = _cands(row) + [dict(s=r.subject, o=r.object, p=r.predicate, pass_=self.pass_name, tag=r.tag)
                                    for r in res.relations]
             row["cands_json"] = json.dumps(cands)
-            counters = json.loads(row.get("counters_json") or "{}")
-            counters = merge_counters(counters, {"outputs": {self.pass_name: 1},
+            counters = merge_counters(counters, {"outputs": {self.pass_name: 1}, "vlm": vlm,
                                                  "unusable": {res.reason: 1} if res.reason else {},
                                                  "item_problems": {k: v for k, v in res.problems.items()
                                                                    if k not in OUTPUT_REASONS}})
             row["counters_json"] = json.dumps(counters)
-            row.pop(TEXT_COLUMN, None)
-            row.pop("prompt", None)
         return rows_to_table(rows, batch.schema)
 
 
@@ -229,6 +326,22 @@ class GateStage:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
+        good = [r for r in rows if not r.get("image_error") and not r.get("failure_json")]
+        if good:
+            self._gate(good)
+        for row in rows:
+            if row.get("image_error"):
+                row["relations"], row["rejected"] = [], [image_rejection(row["image_error"])]
+                rule = json.loads(row["image_error"])["rule"]
+                row["counters_json"] = json.dumps(merge_counters(json.loads(row.get("counters_json") or "{}"),
+                                                                 {"image_rejections": {rule: 1}}))
+            elif row.get("failure_json"):  # keeps cands_json/counters_json: a rerun resumes from them
+                row["relations"], row["rejected"] = [], []
+            for k in ("image_png", "reference") if row.get("failure_json") else ("cands_json", "image_png", "reference"):
+                row.pop(k, None)
+        return rows_to_table(rows, batch.schema)
+
+    def _gate(self, rows: list[dict]) -> None:
         bt = BoxTable.from_images([r["image_id"] for r in rows], [r["boxes"] for r in rows])
         c = self._candidates(rows)
         res = gate_relations(bt, c, self.gate)
@@ -242,9 +355,6 @@ class GateStage:
             kept, rejected, counters = per_img[i]
             row["relations"], row["rejected"] = kept, rejected
             row["counters_json"] = json.dumps(merge_counters(json.loads(row.get("counters_json") or "{}"), counters))
-            for k in ("cands_json", "image_png", "reference"):
-                row.pop(k, None)
-        return rows_to_table(rows, batch.schema)
 
     def _assemble(self, rows: list[dict], *parts: tuple[Candidates, GateResult]) -> list[tuple[list, list, dict]]:
         """Per image: kept relations, rejections, and counters (incl. scoring of injected labels)."""

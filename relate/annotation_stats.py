@@ -3,7 +3,9 @@
 Corpus side: the Table-20 statistics of ``relate.corpus_stats`` (one definition: relations per
 image over all images, entropy in nats), and the direction balance of left/right, above/below
 and front/behind. Gate side: rejections per rule, unusable outputs per reason, and, when the
-annotator injected labelled errors, precision and recall of rejection per error kind.
+annotator injected labelled errors, precision and recall of rejection per error kind. Run side:
+images rejected before annotation (per :data:`IMAGE_RULES`), and the VLM calls made, retried and
+failed by kind, including failures still waiting for a rerun.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from relate.corpus_stats import corpus_statistics
 from relate.data.gate_hard_cases import HARD_TAG, format_hard_case_table, score_hard_cases
 from relate.gate_canonical import default_map
 
-__all__ = ["corpus_table20", "direction_balance", "gate_scoring", "geometry_audit", "annotation_statistics",
+__all__ = ["IMAGE_RULES", "vlm_call_stats", "format_vlm_line", "corpus_table20", "direction_balance", "gate_scoring", "geometry_audit", "annotation_statistics",
            "format_annotation_table"]
+
+# image-level rejection rules: the image never reached the VLM (subject = object = -1 in the row)
+IMAGE_RULES = ("image_missing", "image_truncated", "image_undecodable", "image_size_mismatch", "boxes_outside_image")
 
 _EXPECT = {  # the gate decision each injected error kind should receive
     "contact_disjoint": "rejected:contact_disjoint", "containment_no_overlap": "rejected:containment_no_overlap",
@@ -118,6 +123,8 @@ def annotation_statistics(kept: pa.Table, rejected: pa.Table | None, counters: M
     stats["geometry_audit"] = geometry_audit(kept)
     stats["gate_outcomes"] = dict(Counter(r["gate"] for r in flat))
     rej = pc.list_flatten(rejected.column("rejected")).to_pylist() if rejected is not None and rejected.num_rows else []
+    stats["images_rejected"] = dict(sorted(Counter(r["rule"] for r in rej if r["rule"] in IMAGE_RULES).items()))
+    rej = [r for r in rej if r["rule"] not in IMAGE_RULES]
     stats["rejections_per_rule"] = dict(sorted(Counter(r["rule"] for r in rej).items()))
     n_cand = len(flat) + len(rej)
     stats["candidates"] = n_cand
@@ -126,6 +133,7 @@ def annotation_statistics(kept: pa.Table, rejected: pa.Table | None, counters: M
     stats["outputs"] = dict(counters.get("outputs", {}))
     stats["unusable_outputs"] = dict(counters.get("unusable", {}))
     stats["item_problems"] = dict(counters.get("item_problems", {}))
+    stats["vlm"] = vlm_call_stats(counters)
     tags = counters.get("tags") or {}
     plain = {k: v for k, v in tags.items() if not k.startswith(HARD_TAG)}
     if plain:
@@ -133,6 +141,25 @@ def annotation_statistics(kept: pa.Table, rejected: pa.Table | None, counters: M
     if len(plain) < len(tags):  # relations on both sides of each threshold (relate.data.gate_hard_cases)
         stats["gate_hard_cases"] = score_hard_cases(tags)
     return stats
+
+
+def vlm_call_stats(counters: Mapping, outstanding: Mapping[str, int] | None = None) -> dict:
+    """Calls per pass, attempts, retries, calls that failed after their retries by kind (over every
+    run, including those a later run retried successfully) and failures still outstanding."""
+    v = counters.get("vlm", {})
+    calls = dict(sorted(v.get("calls", {}).items()))
+    return {"calls": sum(calls.values()), "calls_per_pass": calls, "attempts": int(v.get("attempts", 0)),
+            "retries": int(v.get("retries", 0)), "failed_calls": dict(sorted(v.get("failed_calls", {}).items())),
+            "outstanding_failures": dict(sorted((outstanding or {}).items()))}
+
+
+def format_vlm_line(vlm: Mapping) -> str:
+    """``calls 120, retries 9, failed 4 (timeout 3, http_500 1), outstanding 1`` for progress lines."""
+    failed = vlm.get("failed_calls", {})
+    out = vlm.get("outstanding_failures", {})
+    kinds = ", ".join(f"{k} {n}" for k, n in failed.items())
+    return (f"calls {vlm.get('calls', 0)}, retries {vlm.get('retries', 0)}, failed {sum(failed.values())}"
+            + (f" ({kinds})" if kinds else "") + f", outstanding {sum(out.values())}")
 
 
 def format_annotation_table(stats: Mapping) -> str:
@@ -153,6 +180,10 @@ def format_annotation_table(stats: Mapping) -> str:
                      f"containment {au['containment_disjoint_share']:.2%} of {au['containment']}, "
                      f"duplicate triples {au['duplicate_triples']}, self-loops {au['self_loops']}")
     lines.append("rejections: " + ", ".join(f"{k} {v}" for k, v in stats.get("rejections_per_rule", {}).items()))
+    if stats.get("vlm"):
+        lines.append("vlm: " + format_vlm_line(stats["vlm"]))
+    if stats.get("images_rejected"):
+        lines.append("images rejected: " + ", ".join(f"{k} {v}" for k, v in stats["images_rejected"].items()))
     if stats.get("unusable_outputs"):
         lines.append("unusable outputs: " + ", ".join(f"{k} {v}" for k, v in stats["unusable_outputs"].items()))
     sc = stats.get("gate_scoring")

@@ -13,7 +13,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from relate.registry import Registry
 
-__all__ = ["VLMRequest", "VLMBackend", "VLM_BACKENDS", "create_backend"]
+__all__ = ["VLMRequest", "VLMOutcome", "VLMBackend", "VLM_BACKENDS", "create_backend"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,25 @@ class VLMRequest:
     reference: Sequence[dict] = ()
     draft: Sequence[tuple[int, str, int]] = field(default_factory=tuple)
     id_base: int = 1
+
+
+@dataclass(frozen=True)
+class VLMOutcome:
+    """How one call ended: ``text`` (an answer, possibly unusable), or a failure ``kind`` with its
+    ``message``; ``attempts`` counts the requests made for it (1 + retries).
+
+    Backends that can fail per request (HTTP) offer ``generate_outcomes`` returning these, so the
+    pipeline records failures as data instead of mistaking them for empty answers.
+    """
+
+    text: str | None
+    attempts: int = 1
+    kind: str | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind is None
 
 
 @runtime_checkable

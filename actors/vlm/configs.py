@@ -66,8 +66,9 @@ class OpenAIConfig(StrictConfig):
                                                       "RELATE_API_TOKEN for a judge app behind our proxy); "
                                                       "exclusive with api_key.")
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds.")
-    max_retries: int = Field(4, ge=0, description="Retries on timeouts, connection errors, 429 and 5xx.")
+    max_retries: int = Field(4, ge=0, description="Retries per call on timeouts, connection errors, malformed bodies, 408/429 and 5xx; a call still failing then is recorded as a failure.")
     backoff_s: float = Field(0.5, ge=0, description="First retry delay; doubles each retry (with jitter).")
+    max_backoff_s: float = Field(30.0, ge=0, description="Cap on one retry delay, however many retries came before.")
     max_concurrency: int = Field(8, ge=1, description="Requests in flight at once per actor.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Decoding parameters.")
 

@@ -1,10 +1,13 @@
 """OpenAI-compatible chat-completions client (``vllm serve``, a ``ray.serve.llm`` app, any gateway).
 
 Requests run in a bounded thread pool (``max_concurrency`` in flight per actor), each with a
-timeout; timeouts, connection errors, 429 and 5xx are retried with exponential backoff and
-jitter. A request that still fails yields an empty answer, which the parser counts as unusable
-(the batch goes on). Other 4xx answers are configuration errors (bad model name, bad key) and
-raise at once with the server's message, because retrying cannot fix them.
+timeout; timeouts, connection errors, malformed response bodies, 408/429 and 5xx are retried
+with capped exponential backoff and jitter, at most ``max_retries`` times. ``generate_outcomes``
+reports how each call ended (:class:`VLMOutcome`: the answer, or the failure kind, message and
+attempt count) so the annotation pipeline records failures as data; ``generate`` (the judge's
+interface) maps a failure to an empty answer. Other 4xx answers fail the call at once (retrying
+cannot fix them), except 401/403/404, which mean a wrong key, model or URL: no call can succeed,
+so they raise with the server's message.
 """
 
 from __future__ import annotations
@@ -18,17 +21,19 @@ from typing import Sequence
 
 import httpx
 
-from actors.vlm.base import VLM_BACKENDS, VLMRequest
+from actors.vlm.base import VLM_BACKENDS, VLMOutcome, VLMRequest
 from actors.vlm.configs import OpenAIConfig
 
 __all__ = ["OpenAIBackend", "chat_messages", "HTTPBackendError"]
 
 log = logging.getLogger(__name__)
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+_RETRY_KINDS = {"timeout", "connection", "malformed_response"}
+_CONFIG_STATUS = {401, 403, 404}  # wrong key, model or URL: every call would fail the same way
 
 
 class HTTPBackendError(RuntimeError):
-    """The server refused a request in a way retrying cannot fix (4xx other than 408/429)."""
+    """The server refused a request in a way no call can get past (401, 403, 404): a configuration error."""
 
 
 def chat_messages(req: VLMRequest) -> list[dict]:
@@ -57,31 +62,48 @@ class OpenAIBackend:
         return {"model": self.cfg.model, "messages": chat_messages(req), "temperature": s.temperature,
                 "top_p": s.top_p, "max_tokens": s.max_tokens}
 
-    def _one(self, req: VLMRequest) -> str:
-        delay = self.cfg.backoff_s
-        for attempt in range(self.cfg.max_retries + 1):
+    def _attempt(self, req: VLMRequest) -> tuple[str | None, str, str]:
+        """One POST: ``(answer, "", "")`` or ``(None, kind, message)``; raises on configuration errors."""
+        try:
+            resp = self._client.post("/chat/completions", json=self._payload(req))
+        except httpx.TimeoutException as exc:
+            return None, "timeout", f"{type(exc).__name__} after {self.cfg.timeout_s:g} s"
+        except httpx.TransportError as exc:
+            return None, "connection", f"{type(exc).__name__}: {exc}"[:300]
+        if resp.status_code == 200:
             try:
-                resp = self._client.post("/chat/completions", json=self._payload(req))
-                if resp.status_code == 200:
-                    return str(resp.json()["choices"][0]["message"]["content"] or "")
-                if resp.status_code not in _RETRY_STATUS:
-                    raise HTTPBackendError(f"{self.cfg.base_url}: HTTP {resp.status_code} for image "
-                                           f"{req.image_id!r}: {resp.text[:300]}")
-                why = f"HTTP {resp.status_code}"
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
-                why = type(exc).__name__
+                return str(resp.json()["choices"][0]["message"]["content"] or ""), "", ""
             except (KeyError, IndexError, TypeError, ValueError) as exc:
-                why = f"malformed response ({exc!r})"
-            if attempt < self.cfg.max_retries:
-                self.retries += 1
-                time.sleep(delay * (1.0 + 0.25 * random.random()))
-                delay *= 2
+                return None, "malformed_response", f"{exc!r}; body starts {resp.text[:120]!r}"
+        if resp.status_code in _CONFIG_STATUS:
+            raise HTTPBackendError(f"{self.cfg.base_url}: HTTP {resp.status_code} for image {req.image_id!r} "
+                                   f"(check base_url, model and api key): {resp.text[:300]}")
+        return None, f"http_{resp.status_code}", resp.text[:300]
+
+    def outcome(self, req: VLMRequest) -> VLMOutcome:
+        """One call with its retries: the answer, or the last failure and how many attempts it took."""
+        delay = self.cfg.backoff_s
+        for attempt in range(1, self.cfg.max_retries + 2):
+            text, kind, msg = self._attempt(req)
+            if text is not None:
+                return VLMOutcome(text, attempt)
+            retryable = kind in _RETRY_KINDS or kind in {f"http_{c}" for c in _RETRY_STATUS}
+            if not retryable or attempt > self.cfg.max_retries:
+                break
+            self.retries += 1
+            time.sleep(min(delay, self.cfg.max_backoff_s) * (1.0 + 0.25 * random.random()))
+            delay *= 2
         self.failures += 1
-        log.warning("giving up on image %s (%s) after %d attempts", req.image_id, why, self.cfg.max_retries + 1)
-        return ""
+        log.warning("giving up on image %s (%s: %s) after %d attempt(s)", req.image_id, kind, msg, attempt)
+        return VLMOutcome(None, attempt, kind, msg)
+
+    def generate_outcomes(self, requests: Sequence[VLMRequest]) -> list[VLMOutcome]:
+        return list(self._pool.map(self.outcome, requests))
 
     def generate(self, requests: Sequence[VLMRequest]) -> list[str]:
-        return list(self._pool.map(self._one, requests))
+        """Answers only; a failed call reads as an empty answer (callers that count failures use
+        :meth:`generate_outcomes`)."""
+        return [o.text if o.ok else "" for o in self.generate_outcomes(requests)]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

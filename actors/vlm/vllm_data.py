@@ -15,9 +15,16 @@ from typing import Any
 from actors.vlm.configs import VLLMConfig
 from relate.placement import ResourcesConfig
 
-__all__ = ["engine_bundle", "build_vllm_processor_config", "build_vllm_processor", "vllm_preprocess", "TEXT_COLUMN"]
+__all__ = ["engine_bundle", "build_vllm_processor_config", "build_vllm_processor", "vllm_preprocess",
+           "vllm_outcomes", "TEXT_COLUMN", "ERROR_COLUMN", "ATTEMPTS_COLUMN", "ENGINE_ERROR"]
 
 TEXT_COLUMN = "vlm_text"
+ERROR_COLUMN = "vlm_error"  # JSON {kind, message} of a failed call, null when the call answered
+ATTEMPTS_COLUMN = "vlm_attempts"  # requests made for the call (1 + retries)
+ENGINE_ERROR = "engine_error"
+_RAY_ERROR = "__inference_error__"  # ray.data.llm's per-row error column (should_continue_on_error)
+_ENGINE_COLUMNS = ("messages", "sampling_params", "prompt_token_ids", "generated_tokens", "generated_text",
+                   "multimodal_data", "image", "prompt", _RAY_ERROR)
 
 
 def engine_bundle(res: ResourcesConfig) -> dict[str, float]:
@@ -58,7 +65,7 @@ def build_vllm_processor_config(cfg: VLLMConfig, resources: ResourcesConfig | No
         chat_template_stage=True,
         tokenize_stage=True,
         detokenize_stage=True,
-        should_continue_on_error=True,  # a failed row becomes an unusable output, not a dead job
+        should_continue_on_error=True,  # a failed row keeps its error (vllm_outcomes records it), the job goes on
         **extra,
     )
 
@@ -74,9 +81,28 @@ def vllm_preprocess(row: dict, cfg: VLLMConfig) -> dict:
 
 
 def _postprocess(row: dict) -> dict:
-    out = {k: v for k, v in row.items() if k not in ("messages", "sampling_params", "prompt_token_ids",
-                                                     "generated_tokens", "generated_text", "multimodal_data")}
+    out = {k: v for k, v in row.items() if k not in _ENGINE_COLUMNS or k == "prompt"}
     out[TEXT_COLUMN] = str(row.get("generated_text") or "")
+    return out
+
+
+def vllm_outcomes(batch: Any) -> Any:
+    """After the processor: a row the engine failed on (ray.data.llm bypasses our postprocess for
+    it and returns its raw data with ``__inference_error__``) becomes a recorded engine failure
+    (``vlm_error``), every other row an answer; engine columns are dropped either way."""
+    import json
+
+    import pyarrow as pa
+
+    rows = batch.to_pylist() if isinstance(batch, pa.Table) else list(batch)
+    out = []
+    for row in rows:
+        err = str(row.get(_RAY_ERROR) or "")
+        clean = {k: v for k, v in row.items() if k not in _ENGINE_COLUMNS or k == "prompt"}
+        clean[TEXT_COLUMN] = None if err else str(row.get(TEXT_COLUMN) or row.get("generated_text") or "")
+        clean[ERROR_COLUMN] = json.dumps({"kind": ENGINE_ERROR, "message": err[:500]}) if err else None
+        clean[ATTEMPTS_COLUMN] = 1
+        out.append(clean)
     return out
 
 
