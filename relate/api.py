@@ -23,7 +23,9 @@ from relate.model.model import RelationModel
 from relate.model.score import Calibration, relation_score
 from relate.schema import PREDICTIONS_SCHEMA
 
-__all__ = ["RelationPredictor", "load_model", "prepare_image", "ImageScores"]
+__all__ = ["RelationPredictor", "load_model", "prepare_image", "ImageScores", "RUNTIMES"]
+
+RUNTIMES = ("torch", "onnxruntime")
 
 
 def _as_array(image) -> np.ndarray:
@@ -140,8 +142,19 @@ class RelationPredictor:
     """A trained model, its text encoder and bank, and its calibration, ready to score images."""
 
     def __init__(self, model: RelationModel, bank, calibration: Calibration = Calibration(),
-                 device: str = "cpu", batch_size: int = 8) -> None:
+                 device: str = "cpu", batch_size: int = 8, runtime: str = "torch", onnx_path=None) -> None:
         self.model = model.to(device).eval()
+        # runtime "onnxruntime": the forward runs the exported graph (relate.export), vocabulary as input
+        self.runtime = runtime
+        self._session = None
+        if runtime == "onnxruntime":
+            from relate.export import onnx_session
+
+            if onnx_path is None:
+                raise ValueError("runtime 'onnxruntime' needs the exported model (relate export --format onnx)")
+            self._session = onnx_session(onnx_path)
+        elif runtime != "torch":
+            raise ValueError(f"runtime must be one of {list(RUNTIMES)}, got {runtime!r}")
         self.device = device
         self.calibration = calibration
         self.batch_size = batch_size
@@ -237,17 +250,37 @@ class RelationPredictor:
             elif masks is not None:  # boxes only for this image: rasterise the boxes
                 for i, (x1, y1, x2, y2) in enumerate(boxes[k, : len(bx)].round().long().tolist()):
                     masks[k, i, y1:max(y2, y1 + 1), x1:max(x2, x1 + 1)] = 1
-        res = self.model(imgs, boxes.to(self.device), valid.to(self.device), mat, alpha=alpha, scoring=scoring,
-                         masks=None if masks is None else masks.to(self.device))
-        z_spa, z_sem = (z.float().cpu().numpy() for z in (res.scores.z_spa, res.scores.z_sem))
+        if self._session is not None:
+            if masks is not None:
+                raise ValueError("the onnxruntime runtime scores boxes only; use runtime 'torch' for masks")
+            from relate.export import run_onnx
+
+            pairs, ok_all, logits, l_pair, z_spa, z_sem = run_onnx(self._session, imgs, boxes, valid, bank_np)
+        else:
+            res = self.model(imgs, boxes.to(self.device), valid.to(self.device), mat, alpha=alpha, scoring=scoring,
+                             masks=None if masks is None else masks.to(self.device))
+            pairs, ok_all, logits, l_pair, z_spa, z_sem = (
+                t.float().cpu().numpy() if t.is_floating_point() else t.cpu().numpy()
+                for t in (res.pairs, res.sampled.valid, res.scores.logits, res.l_pair, res.scores.z_spa,
+                          res.scores.z_sem))
         tau, beta = float(self.model.head.tau), float(self.model.head.beta)
         out = []
         for k in range(len(arrays)):
-            ok = res.sampled.valid[k].cpu().numpy()
-            out.append(ImageScores(res.pairs[k].cpu().numpy()[ok], res.scores.logits[k].float().cpu().numpy()[ok],
-                                   res.l_pair[k].float().cpu().numpy()[ok], z_spa[k][ok], z_sem[k][ok],
+            ok = ok_all[k]
+            out.append(ImageScores(pairs[k][ok], logits[k][ok], l_pair[k][ok], z_spa[k][ok], z_sem[k][ok],
                                    bank_np, tau, beta))
         return out
+
+    def graph(self, s: ImageScores, strings, topk: int, threshold: float | None, bank_label: str) -> dict:
+        """The body of ``/v1/relations`` for one image's scores, less width and height: the bank label,
+        vocabulary size, calibration flag and the triplets, layout and content graphs (the one builder
+        the Serve deployment and ``relate predict`` share)."""
+        empty = s.pairs.shape[0] == 0
+        trip = self.triplets
+        return {"bank": bank_label, "vocabulary_size": len(strings), "calibrated": bool(self.calibration.fitted),
+                "triplets": [] if empty else trip(s, strings, s.l_pred, topk, threshold),
+                "layout": [] if empty else trip(s, strings, s.l_spa, topk, threshold),
+                "content": [] if empty else trip(s, strings, s.l_sem, topk, threshold)}
 
     def triplets(self, s: ImageScores, strings, l_pred, topk: int, threshold: float | None,
                   per_pair: int | None = None) -> list[dict]:
@@ -300,12 +333,22 @@ class RelationPredictor:
         return pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA)
 
 
-def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8, filesystem=None) -> RelationPredictor:
+def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8, filesystem=None,
+               runtime: str = "torch", onnx_path: str | Path | None = None) -> RelationPredictor:
     """Load a checkpoint (config, weights, bank, calibration) into a predictor, from a local folder or
     a URI string (``s3://``, ``gs://``, ``file://``: see ``relate.checkpoint.load_checkpoint`` and, for
     endpoints and credentials, ``relate.storage``), file digests verified. With a pyarrow ``filesystem``
-    (e.g. a Ray Train checkpoint's), ``source`` is a path on it."""
+    (e.g. a Ray Train checkpoint's), ``source`` is a path on it.
+
+    ``runtime="onnxruntime"`` runs the forward through the graph ``relate export`` wrote (``onnx_path``,
+    default ``<folder>/relation.onnx``), refused when it was exported from other weights."""
     from relate.checkpoint import load_checkpoint
 
     ck = load_checkpoint(source, map_location="cpu", filesystem=filesystem)
-    return RelationPredictor(ck.model, ck.bank, ck.calibration, device=device, batch_size=batch_size)
+    if runtime == "onnxruntime":
+        from relate.export import check_onnx_matches, default_onnx_path
+
+        onnx_path = Path(onnx_path) if onnx_path is not None else default_onnx_path(source)
+        check_onnx_matches(onnx_path, source)
+    return RelationPredictor(ck.model, ck.bank, ck.calibration, device=device, batch_size=batch_size,
+                             runtime=runtime, onnx_path=onnx_path)

@@ -68,12 +68,12 @@ class PairSampler(nn.Module):
         idx1, ok1 = _select(geo_logits, geo_valid, force, self.geometry_keep)
         g1 = torch.gather(g_all, 1, idx1[..., None].expand(-1, -1, g_all.shape[-1]))
         vs = torch.gather(v, 1, (idx1 // n)[..., None].expand(-1, -1, v.shape[-1]))
-        vo = torch.gather(v, 1, (idx1 % n)[..., None].expand(-1, -1, v.shape[-1]))
+        vo = torch.gather(v, 1, (idx1 - idx1 // n * n)[..., None].expand(-1, -1, v.shape[-1]))
         rel_logits = self.related(torch.cat([vs, vo, g1], dim=-1)).squeeze(-1)
         f1 = torch.gather(force, 1, idx1) if force is not None else None
         idx2, ok2 = _select(rel_logits.masked_fill(~ok1, float("-inf")), ok1, f1, self.learned_keep)
         flat = torch.gather(idx1, 1, idx2)
         l_pair = torch.gather(rel_logits, 1, idx2)
-        pairs = torch.stack([flat // n, flat % n], dim=-1).masked_fill(~ok2[..., None], -1)
+        pairs = torch.stack([flat // n, flat - flat // n * n], dim=-1).masked_fill(~ok2[..., None], -1)
         return SampledPairs(pairs, ok2, flat.masked_fill(~ok2, 0), l_pair, geo_logits, geo_valid,
                             idx1, rel_logits, ok1)

@@ -176,11 +176,5 @@ class RelationModelDeployment:
 
     def _graph(self, s, strings: tuple[str, ...], req: dict) -> dict:
         topk = int(req.get("topk") or self.settings.default_topk)
-        thr = req.get("threshold")
-        trip = self.predictor.triplets  # the API's one home of triplet formation
-        empty = s.pairs.shape[0] == 0
-        return {"bank": req["_label"], "vocabulary_size": len(strings),
-                "calibrated": bool(self.predictor.calibration.fitted),
-                "triplets": [] if empty else trip(s, strings, s.l_pred, topk, thr),
-                "layout": [] if empty else trip(s, strings, s.l_spa, topk, thr),
-                "content": [] if empty else trip(s, strings, s.l_sem, topk, thr)}
+        # the API's one home of the response body (relate predict writes the same)
+        return self.predictor.graph(s, strings, topk, req.get("threshold"), req["_label"])

@@ -1,0 +1,138 @@
+"""Export the relation model to ONNX and run it with onnxruntime (``relate export``, ``runtime="onnxruntime"``).
+
+The exported graph is the whole forward of ``RelationModel`` (backbone, pair sampler, pair
+transformer, two-branch head) with the vocabulary as an input: ``bank`` is the (V, text_dim)
+unit-norm text matrix and the predicate gate alpha_p = g(e_p) runs inside the graph, so swapping
+or growing a vocabulary needs no re-export. Batch size, box count N and vocabulary size V are
+dynamic; the image side is the checkpoint's ``img_size``.
+
+    inputs   images (B, 3, S, S) float32 in [0, 1], boxes (B, N, 4) float32 pixels of the S x S
+             image, box_valid (B, N) bool, bank (V, text_dim) float32
+    outputs  pairs (B, P, 2) int64, pair_valid (B, P) bool, l_pred (B, P, V), l_pair (B, P),
+             z_spa (B, P, text_dim), z_sem (B, P, text_dim)
+
+The file records the sha256 of the checkpoint's ``model.safetensors`` (metadata
+``weights_sha256``), and ``relate.api.load_model(..., runtime="onnxruntime")`` refuses a graph
+exported from other weights. Masks as regions are a torch-runtime feature.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["export_onnx", "onnx_session", "run_onnx", "default_onnx_path", "check_onnx_matches", "ONNX_NAME",
+           "INPUTS", "OUTPUTS"]
+
+ONNX_NAME = "relation.onnx"
+INPUTS = ("images", "boxes", "box_valid", "bank")
+OUTPUTS = ("pairs", "pair_valid", "l_pred", "l_pair", "z_spa", "z_sem")
+
+
+class ExportError(ValueError):
+    """The graph cannot be exported, found or trusted for this checkpoint."""
+
+
+class _Forward(nn.Module):
+    """RelationModel's forward with tensor outputs only (what a graph can return)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images, boxes, box_valid, bank):
+        r = self.model(images, boxes, box_valid, bank)
+        return r.sampled.pairs, r.sampled.valid, r.scores.logits, r.l_pair, r.scores.z_spa, r.scores.z_sem
+
+
+def default_onnx_path(checkpoint: str | Path) -> Path:
+    return Path(checkpoint) / ONNX_NAME
+
+
+def _weights_sha256(checkpoint: str | Path) -> str:
+    from relate.checkpoint import _sha256
+
+    return _sha256(Path(checkpoint) / "model.safetensors")
+
+
+def _example_inputs(model, n_boxes: int = 3, n_strings: int = 4):
+    side = model.preprocessing.img_size
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(1, n_boxes, 2, generator=g) * side * 0.6
+    boxes = torch.cat([xy, xy + side * 0.3], dim=-1)
+    bank = torch.nn.functional.normalize(torch.randn(n_strings, model.cfg.text_dim, generator=g), dim=-1)
+    return torch.rand(1, 3, side, side, generator=g), boxes, torch.ones(1, n_boxes, dtype=torch.bool), bank
+
+
+def export_onnx(checkpoint: str | Path, out: str | Path | None = None, opset: int = 18, verbose: bool = False) -> Path:
+    """Write the checkpoint's forward as ONNX (default ``<checkpoint>/relation.onnx``); returns the path."""
+    try:
+        import onnx  # noqa: F401  (the exporter needs onnx and onnxscript)
+        import onnxscript  # noqa: F401
+    except ImportError as exc:
+        raise ExportError(f"ONNX export needs the 'onnx' and 'onnxscript' packages ({exc}); "
+                          "install the project's 'onnx' extra: pip install -e '.[onnx]'") from None
+    from relate.checkpoint import load_checkpoint
+
+    if not Path(checkpoint).is_dir():
+        raise ExportError(f"{checkpoint}: export needs a local checkpoint folder")
+    ck = load_checkpoint(checkpoint, map_location="cpu")
+    out = Path(out) if out is not None else default_onnx_path(checkpoint)
+    wrapper = _Forward(ck.model.eval()).eval()
+    args = _example_inputs(ck.model)
+    b, n, v = torch.export.Dim("B", min=1, max=64), torch.export.Dim("N", min=2, max=512), \
+        torch.export.Dim("V", min=1, max=200_000)
+    with torch.no_grad():
+        program = torch.onnx.export(
+            wrapper, args, dynamo=True, opset_version=opset, verbose=verbose, input_names=list(INPUTS),
+            output_names=list(OUTPUTS), external_data=False,
+            dynamic_shapes={"images": {0: b}, "boxes": {0: b, 1: n}, "box_valid": {0: b, 1: n}, "bank": {0: v}})
+    program.model.metadata_props.update({
+        "relate.weights_sha256": _weights_sha256(checkpoint),
+        "relate.img_size": str(ck.model.preprocessing.img_size),
+        "relate.text_dim": str(ck.model.cfg.text_dim),
+        "relate.inputs": json.dumps(INPUTS), "relate.outputs": json.dumps(OUTPUTS)})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    program.save(str(out))
+    return out
+
+
+def onnx_session(path: str | Path, threads: int | None = None):
+    """An onnxruntime CPU session on the exported graph, all graph optimisations on."""
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise ExportError(f"runtime 'onnxruntime' needs the onnxruntime package ({exc}): "
+                          "pip install -e '.[onnx]'") from None
+    if not Path(path).is_file():
+        raise ExportError(f"{path}: no exported graph; run: relate export --checkpoint DIR --format onnx")
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = threads or torch.get_num_threads()
+    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def check_onnx_matches(path: str | Path, checkpoint: str | Path) -> None:
+    """Refuse a graph exported from weights other than the checkpoint's."""
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError(f"{path}: no exported graph; run: relate export --checkpoint {checkpoint} --format onnx")
+    meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+    want, got = _weights_sha256(checkpoint), meta.get("relate.weights_sha256")
+    if got != want:
+        raise ExportError(f"{path} was exported from weights with sha256 {str(got)[:12]}, but {checkpoint} has "
+                          f"{want[:12]}; re-run relate export")
+
+
+def run_onnx(session, images, boxes, box_valid, bank: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One forward through the session -> (pairs, pair_valid, l_pred, l_pair, z_spa, z_sem) as numpy."""
+    feed = {"images": np.ascontiguousarray(np.asarray(images, dtype=np.float32)),
+            "boxes": np.ascontiguousarray(np.asarray(boxes, dtype=np.float32)),
+            "box_valid": np.asarray(box_valid, dtype=bool), "bank": np.ascontiguousarray(bank, dtype=np.float32)}
+    return tuple(session.run(list(OUTPUTS), feed))
