@@ -38,6 +38,7 @@ from pydantic import Field, model_validator
 
 from actors.vlm.configs import OpenAIConfig, TransformersConfig, VLLMConfig
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.storage import Location, LocationValue
 from relate.jobinfo import Progress, gather, run_name
 from relate.placement import ResourcesConfig, ray_remote_args
 from relate.judge import (AUDIT_SCHEMA, GraphArmConfig, RelationArmConfig, ScriptedJudgeConfig, audit_table,
@@ -52,7 +53,7 @@ __all__ = ["JudgeSystemSpec", "JudgeBackendConfig", "JudgeJobConfig", "shard_pla
 
 class JudgeSystemSpec(StrictConfig):
     name: str = Field(description="system name in the tables (no '|' or '~')")
-    predictions: str = Field(description="PREDICTIONS_SCHEMA Parquet of this system on the judged split")
+    predictions: Location = Field(description="PREDICTIONS_SCHEMA Parquet of this system on the judged split")
     threshold: float | None = Field(None, description="deployed depth: the system's own score threshold")
     vocabulary_size: int | None = Field(None, ge=1, description="KT alphabet: size of the system's declared "
                                         "vocabulary (default: the predicates it actually uses)")
@@ -84,11 +85,11 @@ class JudgeBackendConfig(StrictConfig):
 
 
 class JudgeJobConfig(StrictConfig):
-    out_dir: str = Field("runs/judge", description="run folder: config.yaml, audit/, result.json, table.md")
-    corpus: str = Field(description="corpus root (CORPUS_SCHEMA layout) holding the judged images and their annotation")
+    out_dir: Location = Field("runs/judge", description="run folder: config.yaml, audit/, result.json, table.md")
+    corpus: Location = Field(description="corpus root (CORPUS_SCHEMA layout) holding the judged images and their annotation")
     split: str = Field("test", description="split whose images are judged")
     max_images: int | None = Field(None, ge=1, description="judge only the first N images (sorted by id)")
-    reference_corpus: str | None = Field(None, description="corpus whose predicate marginal is Eq. 4's reference "
+    reference_corpus: LocationValue | None = Field(None, description="corpus whose predicate marginal is Eq. 4's reference "
                                          "(default: the same corpus)")
     reference_split: str = Field("train", description="split of the reference corpus (the training marginal)")
     systems: list[JudgeSystemSpec] = Field(description="systems to judge (Eq. 4's vocabulary is what all emit)")

@@ -37,6 +37,7 @@ from pydantic import Field
 
 from eval_jobs.report import format_pct
 from relate.config import StrictConfig, dump_config
+from relate.storage import Location, LocationValue
 from relate.metrics.bootstrap import CellRows, align_cells, bootstrap_cell, cell_rows, paired_bootstrap
 from relate.metrics.resample import percentile_interval
 
@@ -46,8 +47,8 @@ _SETTING = ("axis", "mode", "matcher", "box_source")
 
 
 class LeaderboardConfig(StrictConfig):
-    runs: list[str] = Field(..., min_length=1, description="run folders of eval_jobs.ovsgg, each with results.json and per_image.parquet")
-    out_dir: str = Field("runs/leaderboard", description="folder for leaderboard.md, leaderboard.csv, leaderboard_pairs.csv and the resolved config")
+    runs: list[LocationValue] = Field(..., min_length=1, description="run folders of eval_jobs.ovsgg, each with results.json and per_image.parquet")
+    out_dir: Location = Field("runs/leaderboard", description="folder for leaderboard.md, leaderboard.csv, leaderboard_pairs.csv and the resolved config")
     k: int = Field(50, gt=0, description="the K of R@K and mR@K (must be one of the runs' per-image Ks)")
     resamples: int = Field(1000, ge=1, description="bootstrap resamples of the images per cell and per pair")
     seed: int = Field(0, description="seed of the image resampling (the same draws for every cell of equal size)")

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from eval_jobs.intervals import BootstrapSpec
 from relate.config import StrictConfig
+from relate.storage import Location, LocationValue
 from relate.data.readers import BenchmarkData
 from relate.placement import ResourcesConfig
 
@@ -21,9 +22,9 @@ class BenchmarkSpec(StrictConfig):
     axis: Literal["A1", "A2", "A3", "A4", "A6"] = Field(description="the axis this benchmark scores")
     reader: str = Field(description="registered reader (vg150, indoorvg, psg, haystack, hico_det, "
                                     "spatialsense) or 'parquet' for a CORPUS_SCHEMA file")
-    path: str = Field(description="native dataset folder/file, or the corpus Parquet for reader 'parquet'")
+    path: Location = Field(description="native dataset folder/file, or the corpus Parquet for reader 'parquet'")
     split: str = Field(default="test", description="split to evaluate")
-    detections: str | None = Field(default=None, description="A4: IMAGE_SCHEMA Parquet of the shared detector's boxes")
+    detections: LocationValue | None = Field(default=None, description="A4: IMAGE_SCHEMA Parquet of the shared detector's boxes")
     iou_threshold: float = Field(default=0.5, gt=0, le=1, description="A4: IoU for a detection to match a GT box")
     require_category: bool = Field(default=False, description="A4: the detected class must agree as well")
     min_support: int = Field(default=5, ge=1, description="A2: positives a predicate needs to enter mean fAP")
@@ -69,12 +70,12 @@ class BenchmarkSpec(StrictConfig):
 
 class SystemSpec(StrictConfig):
     name: str = Field(description="system name in the tables")
-    predictions: dict[str, str] = Field(default_factory=dict, description="benchmark name -> predictions Parquet")
+    predictions: dict[str, LocationValue] = Field(default_factory=dict, description="benchmark name -> predictions Parquet")
     a5: float | None = Field(default=None, ge=0, description="A5 from its own job: judged bits per image "
                              "divided by the annotation's bits (enters the composite when present)")
-    a5_from: str | None = Field(default=None, description="a judge run (eval_jobs.judge output folder or its "
+    a5_from: LocationValue | None = Field(default=None, description="a judge run (eval_jobs.judge output folder or its "
                                 "result.json) to read this system's A5 from; exclusive with a5")
-    train_corpus: str | None = Field(default=None, description="CORPUS_SCHEMA Parquet of this system's "
+    train_corpus: LocationValue | None = Field(default=None, description="CORPUS_SCHEMA Parquet of this system's "
                                      "training data, for the shared triplet mass beside its A1 cells")
 
     @model_validator(mode="after")
@@ -105,7 +106,7 @@ class InferenceSpec(StrictConfig):
                                        description="what each inference task (one per benchmark) reserves, e.g. "
                                                    "{num_gpus: 1, resources: {evaluator: 1}} for one A100 of the "
                                                    "evaluation group")
-    checkpoint: str | None = Field(default=None, description="checkpoint folder or URI passed to predict_fn as "
+    checkpoint: LocationValue | None = Field(default=None, description="checkpoint folder or URI passed to predict_fn as "
                                    "checkpoint=... (the default predict_fn loads it with relate.api), or a "
                                    "pointer file holding one, such as the LATEST file a training run writes")
 
@@ -127,7 +128,7 @@ class SynonymSpec(StrictConfig):
 
 
 class OVSGGConfig(StrictConfig):
-    out_dir: str = Field(default="runs/ovsgg", description="where results.json, table.md and radar.png go")
+    out_dir: Location = Field(default="runs/ovsgg", description="where results.json, table.md and radar.png go")
     benchmarks: list[BenchmarkSpec] = Field(default_factory=list, description="benchmarks and their axes")
     systems: list[SystemSpec] = Field(default_factory=list, description="our model and any baselines")
     ks: list[int] = Field(default=[20, 50, 100], description="recall cut-offs")

@@ -46,6 +46,7 @@ import yaml
 from pydantic import Field
 
 from relate.config import StrictConfig, apply_overrides, dump_config
+from relate.storage import Location, under_root
 from relate.data.readers import BenchmarkData, load_exclusions, normalise_image_id, read_benchmark
 from relate.data.readers.layouts import LAYOUTS, check_layout, describe_layout
 
@@ -67,10 +68,10 @@ class PrepareConfig(StrictConfig):
     """One benchmark, one split: where its native files are and where the prepared split goes."""
 
     benchmark: Benchmark = Field(description="registered reader name of the benchmark")
-    root: str = Field(description="folder holding the benchmark's native files (see --describe)")
+    root: Location = Field(description="folder holding the benchmark's native files (see --describe)")
     split: str = Field(default="test", description="split to prepare (vg150/indoorvg: train, val or test; "
                                                    "psg/hico_det: train or test; spatialsense: train, valid or test)")
-    out_dir: str = Field(default="runs/prepared", description="prepared splits go to OUT/<benchmark>/<split>/")
+    out_dir: Location = Field(default="runs/prepared", description="prepared splits go to OUT/<benchmark>/<split>/")
     exclude: list[str] = Field(default_factory=list, description="leakage exclusion lists (excluded_ids.csv of "
                                                                  "pipelines.leakage, or one id per line)")
     expect: str | None = Field(default=None, description="a manifest.json written earlier; every file it lists "
@@ -267,7 +268,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[PrepareConfig | None,
         if a.describe:
             return None, ("synthetic: a folder written by pipelines.synthetic (corpus/<split>/*.parquet and images/); "
                           "its test split is exported as the synthetic OV-SGG-Bench")
-        prepare_synthetic(a.root, a.out_dir)
+        prepare_synthetic(under_root(a.root, "--root"), under_root(a.out_dir, "--out"))
         return None, None
     if a.describe:
         return None, describe_layout(a.benchmark, a.root)

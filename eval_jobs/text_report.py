@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import Field
 
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.storage import Location
 from relate.text.bank import build_bank, load_bank
 from relate.text.distill_data import base_strings
 from relate.text.heldout import GroupSplit
@@ -33,7 +34,7 @@ class TextReportConfig(StrictConfig):
     banks: list[str] = Field(default_factory=list, description="saved bank files, one row each (reported over their own strings)")
     vocabulary_file: str | None = Field(None, description="strings to embed (one per line); default: every grouped base form")
     split_file: str | None = Field(None, description="split.json from train_jobs.distill_text: report trained and held-out inverse pairs separately")
-    out_dir: str = Field("runs/text_report", description="folder for report.md, report.json and the resolved config")
+    out_dir: Location = Field("runs/text_report", description="folder for report.md, report.json and the resolved config")
 
 
 @dataclass

@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.storage import Location, LocationValue
 from relate.jobinfo import Progress, gather, run_name
 from relate.placement import ResourcesConfig, ray_remote_args
 from relate.data.poporo import TripletSet, read_triplet_manifest
@@ -93,8 +94,8 @@ class TripletProbeConfig(StrictConfig):
     synthetic: SyntheticTripletsConfig | None = Field(default=None, description="generate a synthetic triplet set into output_dir/synthetic instead of reading a manifest")
     benchmark_name: str = Field(default="triplets", description="benchmark name for table titles (e.g. POPORO, PoporoIN)")
     models: list[ProbeModelConfig] = Field(min_length=1, description="models to probe, in table order")
-    output_dir: str = Field(default="runs/triplet_probe", description="folder for results.json, table.md, scatter.png")
-    cache_dir: str | None = Field(default=None, description="feature cache folder; default output_dir/feature_cache")
+    output_dir: Location = Field(default="runs/triplet_probe", description="folder for results.json, table.md, scatter.png")
+    cache_dir: LocationValue | None = Field(default=None, description="feature cache folder; default output_dir/feature_cache")
     task: ProbeTaskConfig = Field(default_factory=ProbeTaskConfig, description="per-model task resources and batch size")
     bootstrap: BootstrapConfig = Field(default_factory=BootstrapConfig, description="bootstrap intervals")
     paired: PairedConfig = Field(default_factory=PairedConfig, description="paired tests between models")

@@ -40,6 +40,7 @@ from pipelines.annotate_stages import (STOP_KINDS, VLM_PASSES, GateStage, MarkSt
                                        merge_counters, rows_to_table)
 from relate.annotation_stats import annotation_statistics, format_annotation_table, format_vlm_line, vlm_call_stats
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.storage import Location
 from relate.data.corpus import SPLITS
 from relate.gate import GateConfig, TopUpConfig
 from relate.jobinfo import Progress, run_name
@@ -67,9 +68,9 @@ class StageResources(StrictConfig):
 class AnnotateConfig(StrictConfig):
     """The annotation job."""
 
-    input_dir: str = Field("runs/synthetic", description="Run folder holding corpus/<split>/*.parquet (image records + boxes; a relations column is optional). Ignored when 'images' is set.")
+    input_dir: Location = Field("runs/synthetic", description="Run folder holding corpus/<split>/*.parquet (image records + boxes; a relations column is optional). Ignored when 'images' is set.")
     images: ImagesInput | None = Field(None, description="Annotate your own images instead: a folder plus a JSON Lines boxes file (categories optional, no relations).")
-    out_dir: str = Field("runs/annotated", description="Where kept/rejected shards, failures and statistics go.")
+    out_dir: Location = Field("runs/annotated", description="Where kept/rejected shards, failures and statistics go.")
     splits: list[str] = Field(default_factory=lambda: list(SPLITS), description="Splits to annotate.")
     limit: int | None = Field(None, ge=1, description="Annotate only the first N images per split (by id).")
     shard_size: int = Field(64, ge=1, description="Images per output shard (the unit of resume).")

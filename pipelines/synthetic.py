@@ -26,6 +26,7 @@ from PIL import Image
 from pydantic import Field
 
 from relate.config import dump_config, parse_job_args
+from relate.storage import Location
 from relate.corpus_stats import corpus_statistics, format_statistics
 from relate.data.corpus import SPLITS, read_corpus
 from relate.data.lexicon import concept_of
@@ -38,7 +39,7 @@ __all__ = ["SyntheticJobConfig", "SceneStage", "build_synthetic", "main", "Synth
 class SyntheticJobConfig(SyntheticConfig):
     """The synthetic world plus where and how the Ray Data job writes it."""
 
-    out_dir: str = Field("runs/synthetic", description="Run folder for images, corpus shards and stats.")
+    out_dir: Location = Field("runs/synthetic", description="Run folder for images, corpus shards and stats.")
     blocks: int = Field(8, ge=1, description="Ray Data blocks the scene index range is cut into.")
     num_cpus: float = Field(1.0, gt=0, description="CPUs reserved per scene-building task.")
     overwrite: bool = Field(True, description="Replace an existing corpus folder instead of failing.")

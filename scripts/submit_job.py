@@ -8,6 +8,12 @@ The submission id is the job's run name (``relate.jobinfo.run_name``: ``annotate
 a UTC timestamp; the metadata records the job, config file, overrides, git commit and user. The
 dashboard's Jobs page lists both, and ``JobSubmissionClient.get_job_info(id).metadata`` returns them.
 
+Outputs go under one root, ``RELATE_ROOT`` (``relate.storage``): ``cluster/runtime_env.yaml`` sets
+it for the cluster (``/mnt/shared``); ``--root DIR`` overrides it for this submission. The config is
+validated as the job will see it (with that root, inside a job), so a relative path with no root is
+refused here, before anything is uploaded. The metadata's ``job_name`` is the run name (the Jobs
+page's Name column).
+
 Without ``--submit`` it prints the equivalent ``ray job submit`` command line (copy, review, run);
 with ``--submit`` it submits through ``JobSubmissionClient`` (what ``ray job submit`` calls) and
 prints the submission id; follow it with ``ray job logs -f <id>``.
@@ -18,14 +24,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shlex
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from relate.config import load_config
 from relate.jobinfo import config_label, job_metadata, run_name, submission_id
+from relate.storage import ROOT_ENV
 
 __all__ = ["JOBS", "Submission", "build_submission", "ray_job_submit_argv", "main"]
 
@@ -51,6 +60,42 @@ class Submission:
     metadata: dict[str, str]
     runtime_env: str | None = None
     argv: list[str] = field(default_factory=list)
+    root: str | None = None  # RELATE_ROOT given with --root (added to the runtime_env's env_vars)
+
+    def runtime_env_spec(self, repo: str | Path = REPO) -> dict | None:
+        """The runtime_env as the job API takes it: the YAML, plus ``RELATE_ROOT`` when ``root`` is set."""
+        return _runtime_env_spec(self.runtime_env, self.root, repo)
+
+
+def _runtime_env_spec(path: str | None, root: str | None, repo: str | Path = REPO) -> dict | None:
+    import yaml
+
+    spec = yaml.safe_load((Path(repo) / path).read_text()) if path else None
+    if root:
+        spec = dict(spec or {})
+        spec["env_vars"] = {**(spec.get("env_vars") or {}), ROOT_ENV: root}
+    return spec
+
+
+@contextmanager
+def _as_in_job(root: str | None):
+    """The environment a submitted job's driver sees: Ray's job config with a submission id, and
+    ``RELATE_ROOT`` only as the runtime_env sets it."""
+    keys = ("RAY_JOB_CONFIG_JSON_ENV_VAR", ROOT_ENV)
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ["RAY_JOB_CONFIG_JSON_ENV_VAR"] = json.dumps({"metadata": {"job_submission_id": "(validating)"}})
+    if root:
+        os.environ[ROOT_ENV] = root
+    else:
+        os.environ.pop(ROOT_ENV, None)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _split_job_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -64,38 +109,41 @@ def _split_job_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def build_submission(module: str, job_argv: Sequence[str], runtime_env: str | None = "cluster/runtime_env.yaml",
-                     python: str = "python", repo: str | Path = REPO) -> Submission:
-    """Validate the job's config, then name it and describe it for the job API."""
+                     python: str = "python", repo: str | Path = REPO, root: str | None = None) -> Submission:
+    """Validate the job's config as the job will (inside a job, with the root the runtime_env gives
+    it, ``root`` overriding), then name it and describe it for the job API."""
     if module not in JOBS:
         raise ValueError(f"unknown job module {module!r}; valid: {sorted(JOBS)}")
     cls_name, short = JOBS[module]
     config, overrides = _split_job_args(job_argv)
     cls = getattr(importlib.import_module(module), cls_name)
-    cfg = load_config(cls, Path(repo) / config if config and not Path(config).is_absolute() else config, overrides)
+    env = _runtime_env_spec(runtime_env, root, repo) or {}
+    with _as_in_job((env.get("env_vars") or {}).get(ROOT_ENV)):
+        cfg = load_config(cls, Path(repo) / config if config and not Path(config).is_absolute() else config, overrides)
     name = run_name(short, config_label(cfg))
     entry = " ".join(shlex.quote(a) for a in [python, "-m", module, *job_argv])
-    meta = job_metadata(module, config, overrides, repo=repo, run=name)
-    return Submission(submission_id(name), entry, meta, runtime_env, [module, *job_argv])
+    meta = job_metadata(module, config, overrides, repo=repo, run=name, job_name=name)
+    return Submission(submission_id(name), entry, meta, runtime_env, [module, *job_argv], root)
 
 
 def ray_job_submit_argv(sub: Submission, address: str | None = None) -> list[str]:
     """The ``ray job submit`` command line for ``sub`` (as a list; ``shlex.join`` it to print)."""
     argv = ["ray", "job", "submit"] + (["--address", address] if address else [])
     argv += ["--submission-id", sub.submission_id, "--metadata-json", json.dumps(sub.metadata, sort_keys=True)]
-    if sub.runtime_env:
+    if sub.root:  # the YAML plus RELATE_ROOT, inline (ray job submit takes a file or JSON, not both)
+        argv += ["--runtime-env-json", json.dumps(sub.runtime_env_spec(), sort_keys=True)]
+    elif sub.runtime_env:
         argv += ["--runtime-env", sub.runtime_env]
     return argv + ["--", *shlex.split(sub.entrypoint)]
 
 
 def submit(sub: Submission, address: str | None = None) -> str:
     """Submit through the job API; returns the submission id."""
-    import yaml
     from ray.job_submission import JobSubmissionClient
 
-    env = yaml.safe_load((REPO / sub.runtime_env).read_text()) if sub.runtime_env else None
     client = JobSubmissionClient(address)
     return client.submit_job(entrypoint=sub.entrypoint, submission_id=sub.submission_id, metadata=sub.metadata,
-                             runtime_env=env)
+                             runtime_env=sub.runtime_env_spec())
 
 
 def main(argv: Sequence[str] | None = None) -> str:
@@ -106,11 +154,13 @@ def main(argv: Sequence[str] | None = None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--address", default=None, help="dashboard address (default: RAY_ADDRESS)")
     ap.add_argument("--runtime-env", default="cluster/runtime_env.yaml", help="runtime_env YAML ('' for none)")
+    ap.add_argument("--root", default=None, help=f"{ROOT_ENV} for this job: where relative output paths go "
+                    "(shared storage: an absolute path every node mounts, or a URI); default: the runtime_env's")
     ap.add_argument("--submit", action="store_true", help="submit now instead of printing the command")
     opts = ap.parse_args(argv[:cut])
     if cut + 1 >= len(argv):
         raise SystemExit("no job module after --")
-    sub = build_submission(argv[cut + 1], argv[cut + 2:], runtime_env=opts.runtime_env or None)
+    sub = build_submission(argv[cut + 1], argv[cut + 2:], runtime_env=opts.runtime_env or None, root=opts.root)
     if not opts.submit:
         line = shlex.join(ray_job_submit_argv(sub, opts.address))
         print(line)

@@ -36,6 +36,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, load_config
+from relate.storage import Location, LocationValue
 from relate.data.corpus import SPLITS
 from relate.metrics.calibration import (Calibration, expected_calibration_error, fit_platt, platt_out_of_fold,
                                         reliability_bins)
@@ -48,12 +49,12 @@ FIGURE_FILE = "reliability.png"
 
 
 class CalibrateConfig(StrictConfig):
-    checkpoint: str = Field(description="checkpoint: a local folder, or a URI (s3://, gs://, ...: relate.storage) "
+    checkpoint: Location = Field(description="checkpoint: a local folder, or a URI (s3://, gs://, ...: relate.storage) "
                             "fitted on a temporary local copy; its calibration.json is replaced by the fit")
     on: str = Field("val", description="what to fit on: a corpus split (train, val, test) under corpus_root, "
                     "against annotation hits; or READER:PATH of a benchmark with adjudicated negatives "
                     "(haystack, spatialsense, hico_det), against its labelled cells")
-    corpus_root: str = Field("runs/synthetic", description="folder holding corpus/<split>/*.parquet (split fits)")
+    corpus_root: Location = Field("runs/synthetic", description="folder holding corpus/<split>/*.parquet (split fits)")
     predicates: Literal["synthetic_lexicon", "text_resources"] = Field(
         "synthetic_lexicon", description="where synonym groups come from (train_jobs.relation_data.concept_key)")
     match: Literal["synonym", "exact"] = Field("synonym", description="split fits: a cell is a hit when its string "
@@ -71,7 +72,7 @@ class CalibrateConfig(StrictConfig):
     seed: int = Field(0, description="seed of the folds and of cell subsampling")
     device: str = Field("auto", description="torch device for scoring ('auto': cuda when available, else cpu)")
     batch_size: int = Field(8, gt=0, description="images per forward pass")
-    out_dir: str | None = Field(None, description="report folder, local or a URI (default: <checkpoint>/calibration, "
+    out_dir: LocationValue | None = Field(None, description="report folder, local or a URI (default: <checkpoint>/calibration, "
                                 "uploaded beside a checkpoint at a URI)")
     install: bool = Field(True, description="write the fitted map into the checkpoint's calibration.json")
 

@@ -24,18 +24,19 @@ import scipy.sparse as sp
 from pydantic import Field
 
 from relate.config import StrictConfig, parse_job_args
+from relate.storage import Location
 
 __all__ = ["CooccurrenceConfig", "CooccurrenceResult", "multi_annotated_sets", "estimate_cooccurrence",
            "save_cooccurrence", "load_cooccurrence", "main"]
 
 
 class CooccurrenceConfig(StrictConfig):
-    corpus_root: str = Field("runs/synthetic", description="folder holding corpus/<split>/*.parquet")
+    corpus_root: Location = Field("runs/synthetic", description="folder holding corpus/<split>/*.parquet")
     split: str = Field("train", description="corpus split to count on")
     encoder: str = Field("minilm", description="text encoder for the cosine feature (relate.text registry)")
     neighbours: int = Field(10, ge=0, description="text neighbours of p added as candidate cells besides co-annotated ones")
     cap: float = Field(0.95, gt=0, lt=1, description="largest P(q|p) stored (keeps log(1 - P) finite)")
-    out_path: str = Field("runs/cooccurrence.npz", description="output .npz (strings go to <out>.strings.json)")
+    out_path: Location = Field("runs/cooccurrence.npz", description="output .npz (strings go to <out>.strings.json)")
 
 
 @dataclass

@@ -25,6 +25,7 @@ import torch
 from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.storage import Location, LocationValue
 from relate.placement import ResourcesConfig, scaling_config_kwargs
 from relate.text.distill import DistillWeights, distill_losses
 from relate.text.distill_data import evaluate_text_spaces, prepare_distill_data
@@ -96,8 +97,8 @@ class DistillTextConfig(StrictConfig):
     loss: LossConfig = Field(default_factory=LossConfig, description="the six objectives of B.2.1")
     train: TrainConfig = Field(default_factory=TrainConfig, description="optimisation")
     scaling: ScalingConfig = Field(default_factory=ScalingConfig, description="Ray Train scaling")
-    out_dir: str = Field("runs/distill_text", description="folder for the student, report and resolved config")
-    storage_path: str | None = Field(None, description="Ray Train storage (default: out_dir/ray)")
+    out_dir: Location = Field("runs/distill_text", description="folder for the student, report and resolved config")
+    storage_path: LocationValue | None = Field(None, description="Ray Train storage (default: out_dir/ray)")
 
     @model_validator(mode="after")
     def _margins(self) -> "DistillTextConfig":

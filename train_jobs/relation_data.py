@@ -19,13 +19,14 @@ import torch
 from pydantic import Field, field_validator
 
 from relate.config import StrictConfig
+from relate.storage import Location, under_root
 from relate.losses import PredicateSpace, fit_synonym_weighting
 
 __all__ = ["DataConfig", "build_space", "DecodeStage", "evaluate_split", "report_test", "concept_key"]
 
 
 class DataConfig(StrictConfig):
-    corpus_root: str = Field("runs/synthetic", description="folder holding corpus/<split>/*.parquet")
+    corpus_root: Location = Field("runs/synthetic", description="folder holding corpus/<split>/*.parquet")
     predicates: Literal["synthetic_lexicon", "text_resources"] = Field(
         "synthetic_lexicon", description="where synonym groups, inverses and directional flags come from")
     text_encoder: str = Field("minilm", description="frozen text encoder of the bank (relate.text registry): 'minilm', "
@@ -65,7 +66,7 @@ def _absolute_student(name: str) -> str:
     scheme, arg = split_encoder_name(name)
     if scheme != "student" or not arg or "://" in arg:
         return name
-    return f"student:{Path(arg).expanduser().resolve()}"
+    return f"student:{Path(under_root(arg, 'data.text_encoder student folder')).resolve()}"
 
 
 def concept_key(predicate: str, mode: str) -> str:

@@ -29,7 +29,7 @@ from relate.jobinfo import eta_seconds, format_seconds, run_name
 from relate.losses import LossConfig, PredicateSpace, force_mask, relation_objective
 from relate.model.config import RelationModelConfig
 from relate.placement import ResourcesConfig, scaling_config_kwargs
-from relate.storage import is_uri, join, redact, resolve, uri_for
+from relate.storage import Location, is_uri, join, redact, resolve, uri_for
 from train_jobs.relation_data import DataConfig, DecodeStage, build_space, evaluate_split
 from train_jobs.run_files import PROGRESS_LOG, ProgressLog, maybe_kill
 
@@ -56,7 +56,7 @@ class OptimConfig(StrictConfig):
 
 class RunSettings(StrictConfig):
     name: str = Field("relation", description="run name (folder under storage_path)")
-    storage_path: str = Field("runs/ray_train", description="RunConfig storage for checkpoints, progress.log and "
+    storage_path: Location = Field("runs/ray_train", description="RunConfig storage for checkpoints, progress.log and "
                               "results: a local (on a cluster: shared) folder, resolved to an absolute path, or a "
                               "pyarrow.fs URI passed to Ray as is (s3://bucket/runs, gs://bucket/runs; an "
                               "S3-compatible endpoint as s3://bucket/runs?endpoint_override=host:9000&scheme=http). "

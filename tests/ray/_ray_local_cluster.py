@@ -234,13 +234,15 @@ class LocalCluster:
 
 
 def project_runtime_env(**env_vars: str) -> dict:
-    """cluster/runtime_env.yaml as a job would use it, minus `pip` (no installs offline here)."""
+    """cluster/runtime_env.yaml as a job would use it, with this host's working tree and no
+    RELATE_ROOT unless given (``RELATE_ROOT=str(tmp_path)``)."""
     import yaml
 
     spec = yaml.safe_load((REPO / "cluster" / "runtime_env.yaml").read_text())
     spec.pop("pip", None)
     spec["working_dir"] = str(REPO)
-    spec["env_vars"] = {**spec.get("env_vars", {}), **_ENV, **env_vars}
+    base = {k: v for k, v in spec.get("env_vars", {}).items() if k != "RELATE_ROOT"}  # the cluster's /mnt/shared
+    spec["env_vars"] = {**base, **_ENV, **env_vars}
     spec["env_vars"].pop("RAY_AUTH_MODE", None)
     return spec
 

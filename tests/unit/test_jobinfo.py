@@ -102,8 +102,12 @@ def test_submit_helper_validates_names_and_prints_the_command():
     assert json.loads(argv[argv.index("--metadata-json") + 1]) == sub.metadata
     assert argv[argv.index("--runtime-env") + 1] == "cluster/runtime_env.yaml"
     assert argv[argv.index("--") + 1:] == ["python", "-m", "pipelines.annotate", *args]
-    line = main(["--runtime-env", "", "--", "train_jobs.train_relation", "--config", "train_jobs/configs/released.yaml"])
-    assert "--submission-id train-released-" in line and "--runtime-env" not in line
+    assert sub.metadata["job_name"] == "annotate-annotated"  # the dashboard's Name column
+    line = main(["--runtime-env", "", "--root", "/mnt/nfs", "--", "train_jobs.train_relation",
+                 "--config", "train_jobs/configs/released.yaml"])
+    assert "--submission-id train-released-" in line and "--runtime-env " not in line
+    assert json.loads(shlex.split(line)[shlex.split(line).index("--runtime-env-json") + 1]) == {
+        "env_vars": {"RELATE_ROOT": "/mnt/nfs"}}
 
 
 def test_submit_helper_fails_before_submitting_a_bad_job():
