@@ -152,3 +152,68 @@ def test_own_images_with_boxes_and_optional_categories(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"image": "x.jpg", "boxes": [[1, 2, 3]]}))
     with pytest.raises(ValueError, match="line 1: a box must be"):
         read_boxes_file(ImagesInput(images_dir=str(tmp_path), boxes_file=str(tmp_path / "bad.jsonl")))
+
+
+def test_token_totals_equal_what_the_server_reported_and_none_are_invented():
+    """Per pass, the prompt and completion tokens summed from the answers equal the sum of the
+    ``usage`` numbers the server sent; a server that sends none reads as 'not reported'."""
+    from pipelines.annotate_stages import VLM_PASSES, merge_counters
+    from relate.annotation_stats import pass_usage
+
+    with flaky_vlm(mode="clean") as srv:
+        passes = PassesStage(dict(backend="openai", openai=dict(base_url=srv.url, backoff_s=0.0, max_concurrency=4)))
+        rows = [dict(image_id=f"im{i}", uri="", image_png=f"img{i}".encode(), image_error=None, cands_json="[]",
+                     counters_json="{}", run_vlm_json="{}", reference=[],
+                     boxes=[dict(x1=0.0, y1=0.0, x2=9.0, y2=9.0, category=c, is_person=False, is_body_part=False)
+                            for c in ("cup", "table", "dog")]) for i in range(6)]
+        out = passes(pa.Table.from_pylist(rows)).to_pylist()
+        sent = srv.usage_sent
+    counters: dict = {}
+    for r in out:
+        counters = merge_counters(counters, json.loads(r["counters_json"]))
+        assert json.loads(r["run_vlm_json"]) == json.loads(r["counters_json"])["vlm"]  # a fresh run: the same calls
+    usage = pass_usage(counters)
+    assert set(usage) == set(VLM_PASSES) and len(sent) == 18
+    assert sum(u["prompt_tokens"] for u in usage.values()) == sum(p for _, _, p, _ in sent)
+    assert sum(u["completion_tokens"] for u in usage.values()) == sum(c for *_, c in sent)
+    assert all(u["calls"] == u["answers_with_tokens"] == 6 and u["latency_ms"]["p50"] > 0 and u["busy_s"] > 0
+               for u in usage.values())
+
+    with flaky_vlm(mode="clean", usage=False) as srv:
+        passes = PassesStage(dict(backend="openai", openai=dict(base_url=srv.url, backoff_s=0.0)))
+        out = passes(pa.Table.from_pylist(rows[:2])).to_pylist()
+    counters = {}
+    for r in out:
+        counters = merge_counters(counters, json.loads(r["counters_json"]))
+    for u in pass_usage(counters).values():
+        assert u["prompt_tokens"] is None and u["completion_tokens"] is None
+        assert u["answers_without_tokens"] == 2 and u["answers_with_tokens"] == 0
+
+
+def test_latency_percentiles_from_the_histogram_are_within_its_resolution():
+    from pipelines.annotate_stages import latency_bin
+    from relate.annotation_stats import latency_percentiles
+
+    rng = np.random.default_rng(3)
+    lat = np.exp(rng.normal(np.log(0.3), 0.8, 5000))  # seconds, log-normal like real call latencies
+    hist: dict = {}
+    for x in lat:
+        hist[latency_bin(float(x))] = hist.get(latency_bin(float(x)), 0) + 1
+    got = latency_percentiles(hist)
+    srt = np.sort(lat) * 1000
+    for q in (0.5, 0.9, 0.99):
+        exact = srt[int(np.ceil(q * len(srt))) - 1]  # nearest rank
+        assert abs(got[f"p{q * 100:g}"] / exact - 1) < 0.023, (q, got, exact)
+    assert latency_percentiles({}) == {"p50": None, "p90": None, "p99": None}
+
+
+def test_throughput_and_cost_follow_gpus_held_times_wall_time():
+    from relate.annotation_stats import throughput
+
+    vlm = {"per_pass": {"semantic": {"calls": 100, "busy_s": 30.0}, "grow": {"calls": 100, "busy_s": 10.0}}}
+    tp = throughput(vlm, images=100, wall_s=50.0, gpus_held=2.0, gpu_hour_usd=3.6)
+    assert tp["images_per_s"] == 2.0 and tp["gpu_s"] == 100.0 and tp["gpu_s_per_image"] == 1.0
+    assert tp["cost_usd"] == pytest.approx(0.1) and tp["cost_usd_per_1k_images"] == pytest.approx(1.0)
+    assert tp["per_pass"]["semantic"]["gpu_s_per_image"] == 0.75 and tp["per_pass"]["grow"]["gpu_s_per_image"] == 0.25
+    cpu = throughput(vlm, images=100, wall_s=50.0, gpus_held=0.0, gpu_hour_usd=3.6)
+    assert cpu["gpu_s_per_image"] is None and cpu["cost_usd"] is None  # no GPU, no GPU bill invented
