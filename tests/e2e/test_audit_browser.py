@@ -277,6 +277,17 @@ def _check(report: dict, hand: dict) -> None:
     assert report["unresolved_items"] == hand["unresolved"]
 
 
+def test_a_missing_browser_fails_under_ci_and_skips_loudly_elsewhere(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", str(tmp_path / "no-chromium"))
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI is set .*/no-chromium is missing"):
+        _require_browser()
+    monkeypatch.setenv("CI", "0")
+    with pytest.warns(UserWarning, match="AUDIT BROWSER TEST NOT RUN"), \
+            pytest.raises(pytest.skip.Exception, match="fails instead when CI is set"):
+        _require_browser()
+
+
 @pytest.mark.parametrize("tokens", [True, False], ids=["tokens", "names"])
 def test_audit_in_the_browser(tmp_path, tokens):
     _require_browser()
