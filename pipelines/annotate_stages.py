@@ -15,12 +15,15 @@ rerun resumes it at the failed pass (``resume_from``) and repeats no call that s
 from __future__ import annotations
 
 import json
+import math
+import time
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from actors.vlm.base import VLMOutcome, VLMRequest, create_backend
+from actors.vlm.base import (BUSY_COLUMN, COMPLETION_TOKENS_COLUMN, LATENCY_COLUMN, PROMPT_TOKENS_COLUMN, VLMOutcome,
+                             VLMRequest, create_backend)
 from actors.vlm.configs import VLMConfig
 from actors.vlm.vllm_data import ATTEMPTS_COLUMN, ERROR_COLUMN, TEXT_COLUMN
 from pipelines.annotate_images import ImageProblem, check_boxes, load_checked_image
@@ -40,8 +43,10 @@ _EXTRA_TYPES = {"image_png": pa.binary(), "prompt": pa.string(), TEXT_COLUMN: pa
                 "cands_json": pa.string(), "counters_json": pa.string(), "shard": pa.string(),
                 "relations": pa.list_(RELATION_TYPE), "rejected": pa.list_(REJECTION_TYPE),
                 "reference": pa.list_(RELATION_TYPE), "boxes": pa.list_(BOX_TYPE), "image_error": pa.string(),
-                "failure_json": pa.string(), "resume_from": pa.int32(), "attempts_before": pa.int32(),
-                ERROR_COLUMN: pa.string(), ATTEMPTS_COLUMN: pa.int32()}
+                "failure_json": pa.string(), "run_vlm_json": pa.string(), "resume_from": pa.int32(), "attempts_before": pa.int32(),
+                ERROR_COLUMN: pa.string(), ATTEMPTS_COLUMN: pa.int32(), PROMPT_TOKENS_COLUMN: pa.int64(),
+                COMPLETION_TOKENS_COLUMN: pa.int64(), LATENCY_COLUMN: pa.float64(), BUSY_COLUMN: pa.float64()}
+_CALL_COLUMNS = (PROMPT_TOKENS_COLUMN, COMPLETION_TOKENS_COLUMN, LATENCY_COLUMN, BUSY_COLUMN)
 
 
 UNAVAILABLE = "vlm_unavailable"  # a call not made: the breaker had tripped (the VLM is down)
@@ -117,6 +122,7 @@ class MarkStage:
         for row in rows:
             row.setdefault("cands_json", "[]")
             row.setdefault("counters_json", "{}")
+            row["run_vlm_json"] = "{}"  # this run's calls only (counters_json also holds earlier runs')
             try:
                 pixels = load_checked_image(row["uri"], row.get("width"), row.get("height"))
                 row["height"], row["width"] = int(pixels.shape[0]), int(pixels.shape[1])
@@ -205,15 +211,22 @@ class GenerateStage:
                            pass_name=self.pass_name, boxes=r["boxes"],
                            reference=(r.get("reference") or []) if self.scripted else (),
                            draft=tuple(_draft(r)), id_base=self.id_base) for r in live]
+        t0 = time.perf_counter()
         outs = self._outcomes(reqs) if reqs else []
+        busy = time.perf_counter() - t0
         if len(outs) != len(live):
             raise RuntimeError(f"backend {self.cfg.backend!r} returned {len(outs)} answers for {len(live)} requests")
         for r in rows:
             r[TEXT_COLUMN], r[ERROR_COLUMN], r[ATTEMPTS_COLUMN] = None, None, 0
+            for c in _CALL_COLUMNS:
+                r[c] = None
         for r, o in zip(live, outs):
             r[TEXT_COLUMN] = o.text
             r[ERROR_COLUMN] = None if o.ok else json.dumps({"kind": o.kind, "message": o.message})
             r[ATTEMPTS_COLUMN] = o.attempts
+            r[PROMPT_TOKENS_COLUMN], r[COMPLETION_TOKENS_COLUMN] = o.prompt_tokens, o.completion_tokens
+            r[LATENCY_COLUMN] = o.latency_s
+            r[BUSY_COLUMN] = busy / len(live)
         return rows_to_table(rows, batch.schema)
 
 
@@ -270,12 +283,14 @@ class ParseStage:
         rows = batch.to_pylist()
         for row in rows:
             text, err, attempts = row.pop(TEXT_COLUMN, None), row.pop(ERROR_COLUMN, None), row.pop(ATTEMPTS_COLUMN, None)
+            call = {c: row.pop(c, None) for c in _CALL_COLUMNS}
             row.pop("prompt", None)
             if not _active(row, self.pass_name):
                 continue
             attempts = 1 if attempts is None else int(attempts)
             counters = json.loads(row.get("counters_json") or "{}")
-            vlm = {"calls": {self.pass_name: 1}, "attempts": attempts, "retries": max(attempts - 1, 0)}
+            vlm = {"calls": {self.pass_name: 1}, "attempts": attempts, "retries": max(attempts - 1, 0),
+                   "usage": call_usage(self.pass_name, call, answered=not err)}
             if err:
                 e = json.loads(err)
                 total = attempts + int(row.get("attempts_before") or 0)
@@ -284,6 +299,7 @@ class ParseStage:
                 skipped = e["kind"] == UNAVAILABLE  # never made: not a call, not a retry
                 tally = {"skipped_calls": 1} if skipped else dict(vlm, failed_calls={e["kind"]: 1})
                 row["counters_json"] = json.dumps(merge_counters(counters, {"vlm": tally}))
+                row["run_vlm_json"] = json.dumps(merge_counters(json.loads(row.get("run_vlm_json") or "{}"), tally))
                 if not skipped:
                     self.breaker.record(True, e["kind"], e.get("message", ""))
                 continue
@@ -293,12 +309,44 @@ class ParseStage:
             cands = _cands(row) + [dict(s=r.subject, o=r.object, p=r.predicate, pass_=self.pass_name, tag=r.tag)
                                    for r in res.relations]
             row["cands_json"] = json.dumps(cands)
+            row["run_vlm_json"] = json.dumps(merge_counters(json.loads(row.get("run_vlm_json") or "{}"), vlm))
             counters = merge_counters(counters, {"outputs": {self.pass_name: 1}, "vlm": vlm,
                                                  "unusable": {res.reason: 1} if res.reason else {},
                                                  "item_problems": {k: v for k, v in res.problems.items()
                                                                    if k not in OUTPUT_REASONS}})
             row["counters_json"] = json.dumps(counters)
         return rows_to_table(rows, batch.schema)
+
+
+LATENCY_BINS_PER_DOUBLING = 16  # histogram resolution: bin edges 2**(k/16) ms apart, about 4.4%
+
+
+def latency_bin(seconds: float) -> str:
+    """The histogram bin of a call's latency: k with 2**(k/16) <= ms < 2**((k+1)/16)."""
+    ms = max(seconds * 1000.0, 1e-3)
+    return str(math.floor(math.log2(ms) * LATENCY_BINS_PER_DOUBLING))
+
+
+def call_usage(pass_name: str, call: dict, answered: bool) -> dict:
+    """Counters of one call made in ``pass_name``: tokens the backend reported for an answer (or a
+    count of answers it reported none for), the latency histogram, the generate time spent."""
+    u: dict = {}
+    if answered:
+        p, c = call.get(PROMPT_TOKENS_COLUMN), call.get(COMPLETION_TOKENS_COLUMN)
+        if p is None and c is None:
+            u["tokens_not_reported"] = {pass_name: 1}
+        else:  # a server that reports one count and not the other: the missing one is counted apart
+            u["tokens_reported"] = {pass_name: 1}
+            for name, v in (("prompt_tokens", p), ("completion_tokens", c)):
+                if v is None:
+                    u.setdefault(f"{name}_not_reported", {})[pass_name] = 1
+                else:
+                    u[name] = {pass_name: int(v)}
+    if call.get(LATENCY_COLUMN) is not None:
+        u["latency_hist"] = {pass_name: {latency_bin(float(call[LATENCY_COLUMN])): 1}}
+    if call.get(BUSY_COLUMN) is not None:
+        u["busy_s"] = {pass_name: float(call[BUSY_COLUMN])}
+    return u
 
 
 def _tally(cnt: dict, key: str, sub: str) -> None:

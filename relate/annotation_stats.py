@@ -21,7 +21,8 @@ from relate.corpus_stats import corpus_statistics
 from relate.data.gate_hard_cases import HARD_TAG, format_hard_case_table, score_hard_cases
 from relate.gate_canonical import default_map
 
-__all__ = ["IMAGE_RULES", "vlm_call_stats", "format_vlm_line", "corpus_table20", "direction_balance", "gate_scoring", "geometry_audit", "annotation_statistics",
+__all__ = ["IMAGE_RULES", "vlm_call_stats", "format_vlm_line", "pass_usage", "latency_percentiles", "throughput",
+           "format_usage_line", "format_throughput_line", "corpus_table20", "direction_balance", "gate_scoring", "geometry_audit", "annotation_statistics",
            "format_annotation_table"]
 
 # image-level rejection rules: the image never reached the VLM (subject = object = -1 in the row)
@@ -143,14 +144,103 @@ def annotation_statistics(kept: pa.Table, rejected: pa.Table | None, counters: M
     return stats
 
 
+def latency_percentiles(hist: Mapping[str, int], qs: tuple[float, ...] = (0.5, 0.9, 0.99)) -> dict[str, float | None]:
+    """Nearest-rank percentiles (ms) of a latency histogram (bins of
+    :func:`pipelines.annotate_stages.latency_bin`): the geometric middle of the bin holding the
+    rank, so within about 2.2% of the exact value. None without calls."""
+    bins = sorted((int(k), int(n)) for k, n in hist.items() if n)
+    total = sum(n for _, n in bins)
+    out: dict[str, float | None] = {}
+    for q in qs:
+        name = f"p{q * 100:g}"
+        if not total:
+            out[name] = None
+            continue
+        rank, seen = max(1, int(np.ceil(q * total))), 0
+        for k, n in bins:
+            seen += n
+            if seen >= rank:
+                out[name] = round(2.0 ** ((k + 0.5) / _BINS), 3)
+                break
+    return out
+
+
+_BINS = 16  # = pipelines.annotate_stages.LATENCY_BINS_PER_DOUBLING (kept here: relate does not import pipelines)
+
+
+def pass_usage(counters: Mapping) -> dict:
+    """Per VLM pass: calls, tokens as reported (None and a count of answers without a report when
+    the backend reports none), latency percentiles of the calls, generate seconds (the stage busy
+    in that pass, summed over its actors) and calls per busy second."""
+    v = counters.get("vlm", {})
+    u = v.get("usage", {})
+    out = {}
+    for p, calls in sorted(v.get("calls", {}).items()):
+        reported = int(u.get("tokens_reported", {}).get(p, 0))
+        busy = float(u.get("busy_s", {}).get(p, 0.0))
+        d = {"calls": int(calls), "answers_with_tokens": reported,
+             "answers_without_tokens": int(u.get("tokens_not_reported", {}).get(p, 0))}
+        for name in ("prompt_tokens", "completion_tokens"):
+            missing = int(u.get(f"{name}_not_reported", {}).get(p, 0))
+            d[name] = int(u[name][p]) if reported > missing and p in u.get(name, {}) else None
+            if missing:
+                d[f"{name}_not_reported"] = missing
+        d["latency_ms"] = latency_percentiles(u.get("latency_hist", {}).get(p, {}))
+        d["busy_s"] = round(busy, 4) if p in u.get("busy_s", {}) else None
+        d["calls_per_busy_s"] = round(calls / busy, 3) if busy > 0 else None
+        out[p] = d
+    return out
+
+
 def vlm_call_stats(counters: Mapping, outstanding: Mapping[str, int] | None = None) -> dict:
     """Calls per pass, attempts, retries, calls that failed after their retries by kind (over every
-    run, including those a later run retried successfully) and failures still outstanding."""
+    run, including those a later run retried successfully), failures still outstanding, and per
+    pass tokens, latency percentiles and generate time (:func:`pass_usage`)."""
     v = counters.get("vlm", {})
     calls = dict(sorted(v.get("calls", {}).items()))
     return {"calls": sum(calls.values()), "calls_per_pass": calls, "attempts": int(v.get("attempts", 0)),
             "retries": int(v.get("retries", 0)), "failed_calls": dict(sorted(v.get("failed_calls", {}).items())),
-            "outstanding_failures": dict(sorted((outstanding or {}).items()))}
+            "outstanding_failures": dict(sorted((outstanding or {}).items())), "per_pass": pass_usage(counters)}
+
+
+def throughput(vlm: Mapping, images: int, wall_s: float, gpus_held: float, gpu_hour_usd: float | None) -> dict:
+    """One run's throughput and cost: images per second of wall time; GPU-seconds = GPUs the VLM
+    stage holds x wall time, split over the passes by their share of generate time; a cost when a
+    price per GPU-hour is given. Tokens are the per-pass sums the backend reported."""
+    gpu_s = gpus_held * wall_s
+    per_pass = vlm.get("per_pass", {})
+    busy = {p: d.get("busy_s") or 0.0 for p, d in per_pass.items()}
+    total_busy = sum(busy.values())
+    out = {"images": images, "wall_s": round(wall_s, 3), "images_per_s": round(images / wall_s, 3) if wall_s > 0 else None,
+           "gpus_held": gpus_held, "gpu_s": round(gpu_s, 3) if gpus_held else None,
+           "gpu_s_per_image": round(gpu_s / images, 4) if gpus_held and images else None,
+           "gpu_hour_usd": gpu_hour_usd, "cost_usd": None, "cost_usd_per_1k_images": None, "per_pass": {}}
+    if gpus_held and gpu_hour_usd is not None:
+        out["cost_usd"] = round(gpu_s / 3600 * gpu_hour_usd, 6)
+        out["cost_usd_per_1k_images"] = round(1000 * gpu_s / 3600 * gpu_hour_usd / images, 6) if images else None
+    for p, d in per_pass.items():
+        share = busy[p] / total_busy if total_busy > 0 else 1.0 / max(len(per_pass), 1)
+        out["per_pass"][p] = {"images_per_s": round(d["calls"] / wall_s, 3) if wall_s > 0 else None,
+                              "gpu_s_per_image": round(gpu_s * share / d["calls"], 4) if gpus_held and d["calls"] else None}
+    return out
+
+
+def _tokens(n: int | None) -> str:
+    if n is None:
+        return "not reported"
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else (f"{n / 1e3:.1f}k" if n >= 1e4 else str(n))
+
+
+def format_usage_line(vlm: Mapping) -> str:
+    """``semantic: 40 calls, tokens 12.3k in / 2.1k out, p50/p90/p99 210/380/910 ms; grow: ...``"""
+    parts = []
+    for p, d in vlm.get("per_pass", {}).items():
+        lat = d.get("latency_ms") or {}
+        ms = "/".join("-" if lat.get(k) is None else f"{lat[k]:.0f}" for k in ("p50", "p90", "p99"))
+        tok = (f"tokens {_tokens(d.get('prompt_tokens'))} in / {_tokens(d.get('completion_tokens'))} out"
+               if d.get("answers_with_tokens") else "tokens not reported")
+        parts.append(f"{p}: {d['calls']} calls, {tok}, p50/p90/p99 {ms} ms")
+    return "; ".join(parts)
 
 
 def format_vlm_line(vlm: Mapping) -> str:
@@ -160,6 +250,18 @@ def format_vlm_line(vlm: Mapping) -> str:
     kinds = ", ".join(f"{k} {n}" for k, n in failed.items())
     return (f"calls {vlm.get('calls', 0)}, retries {vlm.get('retries', 0)}, failed {sum(failed.values())}"
             + (f" ({kinds})" if kinds else "") + f", outstanding {sum(out.values())}")
+
+
+def format_throughput_line(tp: Mapping) -> str:
+    """``12.5 images/s, 0.16 GPU-s/image, $0.04 per 1k images (at $3.50/GPU-h)`` (GPU parts only on GPUs)."""
+    line = f"{tp['images_per_s']} images/s" if tp.get("images_per_s") is not None else "images/s -"
+    if tp.get("gpu_s_per_image") is not None:
+        line += f", {tp['gpu_s_per_image']} GPU-s/image"
+        if tp.get("cost_usd_per_1k_images") is not None:
+            line += f", ${tp['cost_usd_per_1k_images']:.4f} per 1k images (at ${tp['gpu_hour_usd']}/GPU-h; run ${tp['cost_usd']:.4f})"
+    else:
+        line += ", no GPU held (GPU-s and cost: none)"
+    return line
 
 
 def format_annotation_table(stats: Mapping) -> str:
@@ -182,6 +284,10 @@ def format_annotation_table(stats: Mapping) -> str:
     lines.append("rejections: " + ", ".join(f"{k} {v}" for k, v in stats.get("rejections_per_rule", {}).items()))
     if stats.get("vlm"):
         lines.append("vlm: " + format_vlm_line(stats["vlm"]))
+        if stats["vlm"].get("per_pass"):
+            lines.append("vlm passes: " + format_usage_line(stats["vlm"]))
+    if stats.get("throughput"):
+        lines.append("this run: " + format_throughput_line(stats["throughput"]))
     if stats.get("images_rejected"):
         lines.append("images rejected: " + ", ".join(f"{k} {v}" for k, v in stats["images_rejected"].items()))
     if stats.get("unusable_outputs"):

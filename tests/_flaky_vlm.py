@@ -13,7 +13,9 @@ number for that content:
   failed, and a rerun (``hard`` off) retries it and succeeds (bucket 3 after one more failure).
   Content first seen with ``hard`` off fails once at most.
 
-``mode="clean"`` answers everything. ``dead_after`` makes every request after that many fail
+Every answer carries an OpenAI ``usage`` object with token counts derived from the content
+(``usage_for``), recorded in ``usage_sent``; ``usage=False`` leaves it out (a server that
+reports none). ``mode="clean"`` answers everything. ``dead_after`` makes every request after that many fail
 with 503 (a VLM that goes down). At most ``max_requests`` requests are served; more is a test
 bug and answers 500 with ``overflow`` set.
 """
@@ -47,6 +49,13 @@ def answer_for(prompt: str, key: str) -> str:
     return "```json\n" + json.dumps({"relations": rels}) + "\n```"
 
 
+def usage_for(prompt: str, key: str) -> dict:
+    """Token counts the server reports for an answer: known numbers a test can sum."""
+    p = 100 + len(prompt) // 4 + int(key[:2], 16)
+    c = 7 + int(key[2:4], 16) % 50
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
 @dataclass
 class FlakyVLM:
     mode: str = "flaky"
@@ -54,6 +63,8 @@ class FlakyVLM:
     timeout_sleep_s: float = 1.5
     dead_after: int | None = None
     max_requests: int = 3000
+    usage: bool = True
+    usage_sent: list = field(default_factory=list)    # (phase, key, prompt_tokens, completion_tokens) per answer
     attempts: dict = field(default_factory=dict)      # key -> attempts so far
     hard_keys: set = field(default_factory=set)       # keys first seen while hard was on
     log: list = field(default_factory=list)           # (phase, key, attempt, outcome)
@@ -133,8 +144,14 @@ def _handler(state: FlakyVLM):
                 code = int(outcome[5:]) if outcome.startswith("http_") else 500
                 return self._send(code, json.dumps({"error": outcome}).encode())
             msg = {"role": "assistant", "content": answer_for(prompt, key)}
-            self._send(200, json.dumps({"id": key, "object": "chat.completion", "model": body.get("model"),
-                                        "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]}).encode())
+            reply = {"id": key, "object": "chat.completion", "model": body.get("model"),
+                     "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]}
+            if state.usage:
+                reply["usage"] = usage_for(prompt, key)
+                with state.lock:
+                    state.usage_sent.append((state.phase, key, reply["usage"]["prompt_tokens"],
+                                             reply["usage"]["completion_tokens"]))
+            self._send(200, json.dumps(reply).encode())
     return Handler
 
 

@@ -13,7 +13,14 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from relate.registry import Registry
 
-__all__ = ["VLMRequest", "VLMOutcome", "VLMBackend", "VLM_BACKENDS", "create_backend"]
+__all__ = ["VLMRequest", "VLMOutcome", "VLMBackend", "VLM_BACKENDS", "create_backend", "PROMPT_TOKENS_COLUMN",
+           "COMPLETION_TOKENS_COLUMN", "LATENCY_COLUMN", "BUSY_COLUMN"]
+
+# per-call measurements travelling with a row from the generate step to the parse step (null: not reported)
+PROMPT_TOKENS_COLUMN = "vlm_prompt_tokens"
+COMPLETION_TOKENS_COLUMN = "vlm_completion_tokens"
+LATENCY_COLUMN = "vlm_latency_s"  # the call's wall time
+BUSY_COLUMN = "vlm_busy_s"  # the row's share of its batch's generate wall time (the stage busy, per image)
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,10 @@ class VLMRequest:
 @dataclass(frozen=True)
 class VLMOutcome:
     """How one call ended: ``text`` (an answer, possibly unusable), or a failure ``kind`` with its
-    ``message``; ``attempts`` counts the requests made for it (1 + retries).
+    ``message``; ``attempts`` counts the requests made for it (1 + retries). ``prompt_tokens`` and
+    ``completion_tokens`` are what the server reported for the answer (OpenAI ``usage``), None when
+    it reported nothing; ``latency_s`` is the call's wall time, first request to outcome
+    (retries and backoff included), None when the backend does not time single calls.
 
     Backends that can fail per request (HTTP) offer ``generate_outcomes`` returning these, so the
     pipeline records failures as data instead of mistaking them for empty answers.
@@ -48,6 +58,9 @@ class VLMOutcome:
     attempts: int = 1
     kind: str | None = None
     message: str = ""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -43,6 +43,12 @@ def chat_messages(req: VLMRequest) -> list[dict]:
                                          {"type": "text", "text": req.prompt}]}]
 
 
+def _count(usage: dict, key: str) -> int | None:
+    """A token count from ``usage``, None when the server did not send it (never a guess)."""
+    v = usage.get(key) if isinstance(usage, dict) else None
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else None
+
+
 class OpenAIBackend:
     """Batch of requests -> answers, via ``POST {base_url}/chat/completions``."""
 
@@ -62,31 +68,37 @@ class OpenAIBackend:
         return {"model": self.cfg.model, "messages": chat_messages(req), "temperature": s.temperature,
                 "top_p": s.top_p, "max_tokens": s.max_tokens}
 
-    def _attempt(self, req: VLMRequest) -> tuple[str | None, str, str]:
-        """One POST: ``(answer, "", "")`` or ``(None, kind, message)``; raises on configuration errors."""
+    def _attempt(self, req: VLMRequest) -> tuple[str | None, str, str, dict]:
+        """One POST: ``(answer, "", "", usage)`` or ``(None, kind, message, {})``; raises on
+        configuration errors. ``usage`` is the response's OpenAI ``usage`` object ({} without one)."""
         try:
             resp = self._client.post("/chat/completions", json=self._payload(req))
         except httpx.TimeoutException as exc:
-            return None, "timeout", f"{type(exc).__name__} after {self.cfg.timeout_s:g} s"
+            return None, "timeout", f"{type(exc).__name__} after {self.cfg.timeout_s:g} s", {}
         except httpx.TransportError as exc:
-            return None, "connection", f"{type(exc).__name__}: {exc}"[:300]
+            return None, "connection", f"{type(exc).__name__}: {exc}"[:300], {}
         if resp.status_code == 200:
             try:
-                return str(resp.json()["choices"][0]["message"]["content"] or ""), "", ""
-            except (KeyError, IndexError, TypeError, ValueError) as exc:
-                return None, "malformed_response", f"{exc!r}; body starts {resp.text[:120]!r}"
+                body = resp.json()
+                return str(body["choices"][0]["message"]["content"] or ""), "", "", body.get("usage") or {}
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+                return None, "malformed_response", f"{exc!r}; body starts {resp.text[:120]!r}", {}
         if resp.status_code in _CONFIG_STATUS:
             raise HTTPBackendError(f"{self.cfg.base_url}: HTTP {resp.status_code} for image {req.image_id!r} "
                                    f"(check base_url, model and api key): {resp.text[:300]}")
-        return None, f"http_{resp.status_code}", resp.text[:300]
+        return None, f"http_{resp.status_code}", resp.text[:300], {}
 
     def outcome(self, req: VLMRequest) -> VLMOutcome:
-        """One call with its retries: the answer, or the last failure and how many attempts it took."""
+        """One call with its retries: the answer with the token counts the server reported, or the
+        last failure and how many attempts it took; either way the call's wall time."""
         delay = self.cfg.backoff_s
+        t0 = time.perf_counter()
         for attempt in range(1, self.cfg.max_retries + 2):
-            text, kind, msg = self._attempt(req)
+            text, kind, msg, usage = self._attempt(req)
             if text is not None:
-                return VLMOutcome(text, attempt)
+                return VLMOutcome(text, attempt, prompt_tokens=_count(usage, "prompt_tokens"),
+                                  completion_tokens=_count(usage, "completion_tokens"),
+                                  latency_s=time.perf_counter() - t0)
             retryable = kind in _RETRY_KINDS or kind in {f"http_{c}" for c in _RETRY_STATUS}
             if not retryable or attempt > self.cfg.max_retries:
                 break
@@ -95,7 +107,7 @@ class OpenAIBackend:
             delay *= 2
         self.failures += 1
         log.warning("giving up on image %s (%s: %s) after %d attempt(s)", req.image_id, kind, msg, attempt)
-        return VLMOutcome(None, attempt, kind, msg)
+        return VLMOutcome(None, attempt, kind, msg, latency_s=time.perf_counter() - t0)
 
     def generate_outcomes(self, requests: Sequence[VLMRequest]) -> list[VLMOutcome]:
         return list(self._pool.map(self.outcome, requests))

@@ -217,3 +217,28 @@ def test_throughput_and_cost_follow_gpus_held_times_wall_time():
     assert tp["per_pass"]["semantic"]["gpu_s_per_image"] == 0.75 and tp["per_pass"]["grow"]["gpu_s_per_image"] == 0.25
     cpu = throughput(vlm, images=100, wall_s=50.0, gpus_held=0.0, gpu_hour_usd=3.6)
     assert cpu["gpu_s_per_image"] is None and cpu["cost_usd"] is None  # no GPU, no GPU bill invented
+
+
+def test_vllm_engine_token_columns_are_counted_as_the_engine_reported_them():
+    """The vLLM path: the engine stage's num_input_tokens / num_generated_tokens / time_taken_llm
+    reach the statistics through our postprocess; a row the engine failed on counts no tokens."""
+    from actors.vlm.vllm_data import _postprocess, vllm_outcomes
+    from pipelines.annotate_stages import merge_counters, rows_to_table
+    from relate.annotation_stats import pass_usage
+
+    box = [dict(x1=0.0, y1=0.0, x2=9.0, y2=9.0, category=c, is_person=False, is_body_part=False) for c in ("cup", "dog")]
+    base = dict(uri="", image_error=None, cands_json="[]", counters_json="{}", run_vlm_json="{}", boxes=box, prompt="p")
+    answered = [_postprocess(dict(base, image_id=f"im{i}", generated_text='{"relations": []}', num_input_tokens=300 + i,
+                                  num_generated_tokens=9 + i, time_taken_llm=0.25 * (i + 1), prompt_token_ids=[1, 2]))
+                for i in range(3)]
+    failed = dict(base, image_id="im9", __inference_error__="CUDA error: out of memory", num_input_tokens=0)
+    rows = vllm_outcomes(answered + [failed])
+    out = ParseStage("semantic")(rows_to_table(rows, pa.schema([]))).to_pylist()
+    counters: dict = {}
+    for r in out:
+        counters = merge_counters(counters, json.loads(r["counters_json"]))
+    u = pass_usage(counters)["semantic"]
+    assert u["calls"] == 4 and u["answers_with_tokens"] == 3
+    assert u["prompt_tokens"] == 300 + 301 + 302 and u["completion_tokens"] == 9 + 10 + 11
+    assert 250 * 0.98 < u["latency_ms"]["p50"] < 500 * 1.03 and u["busy_s"] is None  # no batch timing in the engine path
+    assert json.loads(out[3]["failure_json"])["kind"] == "engine_error"
