@@ -81,8 +81,17 @@ def vllm_preprocess(row: dict, cfg: VLLMConfig) -> dict:
 
 
 def _postprocess(row: dict) -> dict:
+    from actors.vlm.base import COMPLETION_TOKENS_COLUMN, LATENCY_COLUMN, PROMPT_TOKENS_COLUMN
+
     out = {k: v for k, v in row.items() if k not in _ENGINE_COLUMNS or k == "prompt"}
     out[TEXT_COLUMN] = str(row.get("generated_text") or "")
+    # the engine stage's own counts and timing (num_input_tokens = len(prompt_token_ids) as tokenized,
+    # num_generated_tokens, time_taken_llm per request); absent ones stay None ("not reported")
+    for col, key in ((PROMPT_TOKENS_COLUMN, "num_input_tokens"), (COMPLETION_TOKENS_COLUMN, "num_generated_tokens")):
+        v = row.get(key)
+        out[col] = int(v) if v is not None and v >= 0 else None
+    t = row.get("time_taken_llm")
+    out[LATENCY_COLUMN] = float(t) if t is not None and t >= 0 else None
     return out
 
 

@@ -231,7 +231,7 @@ def test_vllm_engine_token_columns_are_counted_as_the_engine_reported_them():
     answered = [_postprocess(dict(base, image_id=f"im{i}", generated_text='{"relations": []}', num_input_tokens=300 + i,
                                   num_generated_tokens=9 + i, time_taken_llm=0.25 * (i + 1), prompt_token_ids=[1, 2]))
                 for i in range(3)]
-    failed = dict(base, image_id="im9", __inference_error__="CUDA error: out of memory", num_input_tokens=0)
+    failed = dict(base, image_id="im9", __inference_error__="CUDA error: out of memory")
     rows = vllm_outcomes(answered + [failed])
     out = ParseStage("semantic")(rows_to_table(rows, pa.schema([]))).to_pylist()
     counters: dict = {}
