@@ -26,6 +26,7 @@ from PIL import Image
 from pydantic import Field
 
 from relate.config import dump_config, parse_job_args
+from relate.jobinfo import Progress, run_name
 from relate.storage import Location
 from relate.corpus_stats import corpus_statistics, format_statistics
 from relate.data.corpus import SPLITS, read_corpus
@@ -118,7 +119,13 @@ def main(cfg: SyntheticJobConfig) -> SyntheticResult:
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "synthetic_config.yaml")
     t0 = time.perf_counter()
-    ds = build_synthetic(cfg).materialize()
+    # stream the scenes through the driver (rows only; the stage wrote the images) to count them
+    progress = Progress(run_name("synthetic", cfg.out_dir), "scenes", cfg.num_scenes, min_interval_s=10.0)
+    tables = []
+    for batch in build_synthetic(cfg).iter_batches(batch_size=None, batch_format="pyarrow"):
+        tables.append(batch)
+        progress.update(batch.num_rows)
+    ds = ray.data.from_arrow(tables)
     for split in SPLITS:
         ds.filter(expr=f"split == '{split}'").write_parquet(str(corpus / split))
     seconds = time.perf_counter() - t0

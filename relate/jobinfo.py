@@ -64,13 +64,15 @@ def submission_id(name: str, when: datetime | None = None) -> str:
 
 
 def git_commit(repo: str | Path = ".") -> str | None:
-    """Short commit of ``repo`` with ``+dirty`` when the tree has changes; None outside a git checkout."""
+    """Short commit of ``repo`` with ``+dirty`` when what a job uploads differs from it: a tracked
+    file changed, or an untracked file that git does not ignore (Ray's working_dir upload skips
+    what .gitignore lists and takes the rest). None outside a git checkout."""
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, timeout=10)
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=all"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None

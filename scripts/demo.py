@@ -68,19 +68,22 @@ def stage_train(steps: int) -> str:
     from relate.config import load_config
     from train_jobs.train_relation import TrainRelationConfig, main, progress_file
 
-    cfg = load_config(TrainRelationConfig, ROOT / "train_jobs/configs/cpu_small.yaml",
-                      [f"data.corpus_root={RUN / 'annotated'}", f"optim.max_steps={steps}",
-                       f"run.storage_path={RUN / 'train'}", "run.name=cpu_small"])
-    # Ray Train restores a run from its latest checkpoint under the same storage path and name.
-    # That is what an interrupted demo wants; a finished one (LATEST written) would only be
-    # restored and skip training, so a rerun of the demo starts that run afresh.
+    from train_jobs.run_files import latest_step
+
+    # The demo keeps one run folder, runs/demo/train/cpu_small (run.unique_name=false). An
+    # interrupted demo run (a checkpoint short of the last step, no LATEST) is resumed explicitly
+    # (run.resume=true); a finished one is trained afresh; anything else there is cleared first.
     latest, run_dir = RUN / "train" / "LATEST", RUN / "train" / "cpu_small"
+    resume = not latest.is_file() and 0 < latest_step(str(RUN / "train"), "cpu_small") < steps
     if latest.is_file():
         print(f"  previous demo run finished: training {run_dir} afresh", flush=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
         latest.unlink()
-    elif run_dir.is_dir():
-        print(f"  resuming the interrupted demo run in {run_dir}", flush=True)
+    if not resume:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    cfg = load_config(TrainRelationConfig, ROOT / "train_jobs/configs/cpu_small.yaml",
+                      [f"data.corpus_root={RUN / 'annotated'}", f"optim.max_steps={steps}",
+                       f"run.storage_path={RUN / 'train'}", "run.name=cpu_small", "run.unique_name=false",
+                       f"run.resume={str(resume).lower()}"])
     # worker logs are not forwarded here (log_to_driver=False): follow rank 0's progress file
     progress = Path(progress_file(str(RUN / "train"), "cpu_small"))
     progress.unlink(missing_ok=True)

@@ -98,14 +98,18 @@ def _as_in_job(root: str | None):
                 os.environ[k] = v
 
 
-def _split_job_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+def _split_job_args(argv: Sequence[str], module: str = "") -> tuple[str | None, list[str]]:
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--config", default=None)
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    if module == "train_jobs.train_relation":
+        ap.add_argument("--resume", default=None)
     args, rest = ap.parse_known_args(list(argv))
     if rest:
-        raise ValueError(f"unexpected job arguments {rest}; jobs take --config FILE and --set KEY=VALUE only")
-    return args.config, args.overrides
+        raise ValueError(f"unexpected job arguments {rest}; jobs take --config FILE and --set KEY=VALUE only "
+                         f"(and training --resume RUN)")
+    resume = getattr(args, "resume", None)
+    return args.config, args.overrides + ([f"run.name={resume}", "run.resume=true"] if resume else [])
 
 
 def build_submission(module: str, job_argv: Sequence[str], runtime_env: str | None = "cluster/runtime_env.yaml",
@@ -115,7 +119,7 @@ def build_submission(module: str, job_argv: Sequence[str], runtime_env: str | No
     if module not in JOBS:
         raise ValueError(f"unknown job module {module!r}; valid: {sorted(JOBS)}")
     cls_name, short = JOBS[module]
-    config, overrides = _split_job_args(job_argv)
+    config, overrides = _split_job_args(job_argv, module)
     cls = getattr(importlib.import_module(module), cls_name)
     env = _runtime_env_spec(runtime_env, root, repo) or {}
     with _as_in_job((env.get("env_vars") or {}).get(ROOT_ENV)):

@@ -1,4 +1,5 @@
-"""What the relation train job's workers write to the run folder besides checkpoints, on any storage.
+"""The relation train job's run folders: which one a run uses (a new, uniquely named one, or an
+explicitly resumed one), and what the workers write there besides checkpoints, on any storage.
 
 The run folder is ``(pyarrow filesystem, path)``: a local folder or one on an object store
 (``relate.storage``), so ``progress.log`` and the fault drill work the same for ``run.storage_path``
@@ -7,13 +8,21 @@ The run folder is ``(pyarrow filesystem, path)``: a local folder or one on an ob
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import signal
 import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
 
-__all__ = ["PROGRESS_LOG", "DRILL_MARKER", "ProgressLog", "maybe_kill"]
+from relate.storage import join, redact, resolve
+
+__all__ = ["PROGRESS_LOG", "DRILL_MARKER", "SNAPSHOT", "ProgressLog", "maybe_kill", "RunError", "RunState",
+           "new_run_name", "latest_step", "plan_run", "refuse_finished"]
 
 PROGRESS_LOG = "progress.log"
+SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of a run's reported checkpoints
 DRILL_MARKER = ".fault_drill_done"  # the fault drill's once-only marker, beside the checkpoint snapshot
 
 
@@ -69,3 +78,74 @@ class ProgressLog:
         self.text += line + "\n"
         with self.fs.open_output_stream(self.path) as f:
             f.write(self.text.encode())
+
+
+class RunError(ValueError):
+    """A run that cannot start as asked: its folder exists (and no resume), or there is nothing to resume."""
+
+
+@dataclass
+class RunState:
+    """The run ``main`` trains: its folder name, where that is (printable), and for a resumed run
+    the step and folder of the checkpoint it continues from."""
+
+    name: str
+    folder: str
+    step: int | None = None
+    checkpoint: str | None = None
+
+
+def new_run_name(base: str, when: datetime | None = None, token: str | None = None) -> str:
+    """``<base>-YYYYmmdd-HHMMSS-<6 hex>`` (UTC): sortable, and unique even for runs started the same second."""
+    when = when or datetime.now(timezone.utc)
+    return f"{base}-{when.astimezone(timezone.utc):%Y%m%d-%H%M%S}-{token or secrets.token_hex(3)}"
+
+
+def _latest_checkpoint(storage: str, name: str) -> tuple[bool, dict | None]:
+    """(the run folder exists, Ray Train's latest checkpoint record there: checkpoint_dir_name and metrics)."""
+    from pyarrow import fs as pafs
+
+    fs, root = resolve(storage)
+    run_dir = f"{root.rstrip('/')}/{name}"
+    if fs.get_file_info(run_dir).type == pafs.FileType.NotFound:
+        return False, None
+    text = _read_text(fs, f"{run_dir}/{SNAPSHOT}")
+    return True, None if text is None else json.loads(text).get("latest_checkpoint_result")
+
+
+def latest_step(storage: str, name: str) -> int:
+    """The step of the run's latest checkpoint (its reported ``step`` metric); 0 when it has none."""
+    _, latest = _latest_checkpoint(storage, name)
+    return int(((latest or {}).get("metrics") or {}).get("step", 0))
+
+
+def plan_run(storage: str, name: str, resume: bool = False, unique: bool = True) -> RunState:
+    """Which run folder under ``storage`` (absolute or a URI) a train invocation uses: a new one,
+    ``<name>-<time>-<hex>`` when ``unique``, else ``name`` (an existing folder is an error naming it
+    and --resume); or, with ``resume``, the folder ``name``, which must hold a checkpoint."""
+    if resume:
+        folder = redact(join(storage, name))
+        exists, latest = _latest_checkpoint(storage, name)
+        if latest is None:
+            why = "it holds no checkpoint" if exists else "there is no such folder"
+            raise RunError(f"cannot resume run {name!r}: {why} ({folder}). --resume takes the folder name of an "
+                           f"earlier run under run.storage_path ({redact(storage)}), as printed when it started")
+        step = int((latest.get("metrics") or {}).get("step", 0))
+        return RunState(name, folder, step, redact(join(storage, name, latest["checkpoint_dir_name"])))
+    name = new_run_name(name) if unique else name
+    folder = redact(join(storage, name))
+    exists, _ = _latest_checkpoint(storage, name)
+    if exists:
+        raise RunError(f"run folder {folder} already exists (an earlier run named {name!r}). Continue it with "
+                       f"--resume {name} (run.resume=true), or start a new run: leave run.unique_name true (the "
+                       f"default) for a folder of its own, or choose another run.name")
+    return RunState(name, folder)
+
+
+def refuse_finished(storage: str, name: str, total: int) -> None:
+    """Resuming a run whose latest checkpoint is at its last step would restore it and return that
+    checkpoint as if trained (Ray Train does): refused, saying so."""
+    step = latest_step(storage, name)
+    if step >= total:
+        raise RunError(f"run {name!r} already finished: its latest checkpoint is at step {step} of {total}; nothing "
+                       f"to resume (raise optim.max_steps to train it further, or start a new run without --resume)")

@@ -8,10 +8,19 @@ from the latest one after a worker failure (FailureConfig), metrics reported eve
 
     python -m train_jobs.train_relation --config train_jobs/configs/cpu_small.yaml \
         --set data.corpus_root=/tmp/synth
+    python -m train_jobs.train_relation --config ... --resume cpu_small-20261201-041200-3fa9c1
+
+Runs: each new run gets its own folder under ``run.storage_path``, ``<run.name>-<UTC time>-<6 hex>``
+(``run.unique_name``), so a rerun never finds, and never silently returns, an earlier run's
+checkpoint. Resuming is explicit: ``--resume RUN`` (= ``--set run.name=RUN --set run.resume=true``)
+continues the run in that folder from its latest checkpoint and says from which step; a run that
+already reached its last step is refused. With ``run.unique_name=false`` the folder is ``run.name``
+as given, and an existing one is an error unless resuming.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 import sys
@@ -31,10 +40,12 @@ from relate.model.config import RelationModelConfig
 from relate.placement import ResourcesConfig, scaling_config_kwargs
 from relate.storage import Location, is_uri, join, redact, resolve, uri_for
 from train_jobs.relation_data import DataConfig, DecodeStage, build_space, evaluate_split
-from train_jobs.run_files import PROGRESS_LOG, ProgressLog, maybe_kill
+from train_jobs import run_files
+from train_jobs.run_files import PROGRESS_LOG, ProgressLog, RunError, RunState, maybe_kill, new_run_name
 
 __all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "main",
-           "resolve_storage_path", "progress_file"]
+           "resolve_storage_path", "progress_file", "RunError", "RunState", "new_run_name", "plan_run", "parse_args"]
+
 
 # Rank 0's step lines go through a logger, not print: inside a Ray Train worker, print is patched
 # to log *and* echo to the captured stdout, so every printed line reached the job log twice.
@@ -55,7 +66,12 @@ class OptimConfig(StrictConfig):
 
 
 class RunSettings(StrictConfig):
-    name: str = Field("relation", description="run name (folder under storage_path)")
+    name: str = Field("relation", description="run name: a new run's folder under storage_path is "
+                      "<name>-<UTC time>-<6 hex> (see unique_name); with resume, the folder of the run to continue")
+    unique_name: bool = Field(True, description="give a new run its own folder, <name>-<UTC time>-<6 hex>; false "
+                              "uses name as is, and an existing folder of that name is an error unless resume")
+    resume: bool = Field(False, description="continue the run in <storage_path>/<name> from its latest checkpoint "
+                         "(what --resume RUN sets); refused when it has no checkpoint or already reached its last step")
     storage_path: Location = Field("runs/ray_train", description="RunConfig storage for checkpoints, progress.log and "
                               "results: a local (on a cluster: shared) folder, resolved to an absolute path, or a "
                               "pyarrow.fs URI passed to Ray as is (s3://bucket/runs, gs://bucket/runs; an "
@@ -80,6 +96,8 @@ class RunSettings(StrictConfig):
                             "it in the final checkpoint (train_jobs.calibrate; a checkpoint at a URI is fitted on a "
                             "temporary copy and its calibration.json written back)")
     log_every: int = Field(10, gt=0, description="rank-0 console log interval in steps")
+    log_reports: bool = Field(False, description="keep Ray Train's own 'Reporting training result ...' line, "
+                              "logged by every worker at every step (off: the job log carries our step lines)")
     kill_worker_at_step: int | None = Field(None, gt=0, description="fault drill: the last rank SIGKILLs itself once at this step")
 
     @model_validator(mode="after")
@@ -100,6 +118,7 @@ class TrainRelationConfig(StrictConfig):
 @dataclass
 class TrainRelationResult:
     checkpoint: str | None
+    run: str = ""  # the run's folder name under storage_path (what --resume takes)
     metrics: dict = field(default_factory=dict)
     test: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)
@@ -228,6 +247,25 @@ def _say(line: str) -> None:
         print(line, flush=True)
 
 
+class _DropReports(logging.Filter):
+    """Drops Ray Train's per-report line ("Reporting training result N: ... from rank R")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Reporting training result")
+
+
+def quiet_reports(keep: bool = False) -> None:
+    """In a worker: drop Ray Train's per-report log line unless ``keep`` (``run.log_reports``). The
+    line comes from the logger of ray.train.v2's execution context module (named after its file)."""
+    from ray.train.v2._internal.execution import context
+
+    log = context.logger
+    for f in [f for f in log.filters if isinstance(f, _DropReports)]:
+        log.removeFilter(f)
+    if not keep:
+        log.addFilter(_DropReports())
+
+
 def _rung_side(base: int, rung: float, patch: int) -> int:
     return max(patch, int(round(base * rung / patch)) * patch)
 
@@ -236,6 +274,7 @@ def train_loop_per_worker(config: dict) -> None:
     import ray.train
 
     cfg = TrainRelationConfig.model_validate(config["cfg"])
+    quiet_reports(cfg.run.log_reports)
     runner = _Runner(cfg, config["space"], config["total_steps"])
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
@@ -243,6 +282,10 @@ def train_loop_per_worker(config: dict) -> None:
             runner.load_checkpoint(Path(d))
     shard = ray.train.get_dataset_shard("train")
     progress = ProgressLog(config["run_dir"]) if runner.rank == 0 else None
+    if ckpt is not None and progress is not None:
+        line = f"resumed from step {runner.step}/{runner.total} (checkpoint {Path(ckpt.path).name})"
+        _say(line)
+        progress.write(line)
     t_last = t_start = time.perf_counter()
     first = runner.step
     while runner.step < runner.total:
@@ -294,6 +337,12 @@ def _run_dir(storage: str, name: str):
     return fs, f"{root.rstrip('/')}/{name}"
 
 
+def plan_run(cfg: TrainRelationConfig) -> RunState:
+    """Which run folder this invocation trains in (train_jobs.run_files.plan_run)."""
+    return run_files.plan_run(resolve_storage_path(cfg.run.storage_path), cfg.run.name, resume=cfg.run.resume,
+                              unique=cfg.run.unique_name)
+
+
 def build_trainer(cfg: TrainRelationConfig):
     """An unstarted TorchTrainer over the corpus (plus the driver-side predicate space)."""
     import ray
@@ -319,6 +368,8 @@ def build_trainer(cfg: TrainRelationConfig):
     per_step = cfg.optim.batch_size * cfg.run.num_workers
     total = cfg.optim.max_steps or cfg.optim.epochs * max(1, space["n_train"] // per_step)
     storage = resolve_storage_path(cfg.run.storage_path)
+    if cfg.run.resume:
+        run_files.refuse_finished(storage, cfg.run.name, int(total))
     run_config = ray.train.RunConfig(
         name=cfg.run.name, storage_path=storage,
         failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
@@ -338,6 +389,12 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     import ray
     from pyarrow import fs as pafs
 
+    state = plan_run(cfg)
+    cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"name": state.name, "unique_name": False})})
+    if state.step is None:
+        print(f"new run {state.name}: {state.folder}", flush=True)
+    else:
+        print(f"resuming run {state.name} from step {state.step} (checkpoint {state.checkpoint})", flush=True)
     if not ray.is_initialized():
         ray.init(include_dashboard=False, configure_logging=False)
     t0 = time.perf_counter()
@@ -348,7 +405,7 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     remote = ckpt is not None and not isinstance(ckpt.filesystem, pafs.LocalFileSystem)
     fs = ckpt.filesystem if remote else None
     out = TrainRelationResult(None if ckpt is None else (uri_for(cfg.run.storage_path, ckpt.path) if remote
-                                                          else ckpt.path), dict(result.metrics or {}))
+                                                          else ckpt.path), state.name, dict(result.metrics or {}))
     if cfg.run.calibrate and ckpt is not None:
         from train_jobs.calibrate import calibrate_checkpoint
 
@@ -366,10 +423,20 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     return out
 
 
+def parse_args(argv) -> TrainRelationConfig:
+    """``--config FILE``, ``--set KEY=VALUE``... and ``--resume RUN`` (= ``run.name=RUN``, ``run.resume=true``)."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--resume", default=None, metavar="RUN")
+    known, rest = ap.parse_known_args(list(argv))
+    if known.resume:
+        rest += ["--set", f"run.name={known.resume}", "--set", "run.resume=true"]
+    return parse_job_args(TrainRelationConfig, rest, description=__doc__ or "")
+
+
 if __name__ == "__main__":
     # Run through the importable module, not __main__: Ray pickles __main__'s functions and classes
     # by value, and a pydantic model rebuilt that way on a worker fails to build its serializer.
     import train_jobs.train_relation as _job
 
-    res = _job.main(parse_job_args(_job.TrainRelationConfig, sys.argv[1:], description=__doc__ or ""))
-    print(f"checkpoint: {res.checkpoint}  ({res.seconds:.0f} s)")
+    res = _job.main(_job.parse_args(sys.argv[1:]))
+    print(f"run {res.run}: checkpoint {res.checkpoint}  ({res.seconds:.0f} s)")

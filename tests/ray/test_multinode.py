@@ -201,7 +201,7 @@ def test_training_resumes_from_checkpoint_on_remaining_node(cluster, synthetic_r
     client, job_id = _submit(cluster, "train",
                              f"train_jobs.train_relation --config {_train_config()} "
                              f"--set data.corpus_root={synthetic_run['out']} --set run.storage_path={storage} "
-                             "--set run.name=mn --set run.num_workers=1 --set run.worker.num_cpus=0.5 --set run.worker.resources.trainer=1 "
+                             "--set run.name=mn --set run.unique_name=false --set run.num_workers=1 --set run.worker.num_cpus=0.5 --set run.worker.resources.trainer=1 "
                              "--set run.checkpoint_every=2 --set run.log_every=1 --set run.max_failures=3 "
                              "--set run.evaluate_test=false --set optim.max_steps=8 --set optim.batch_size=4")
     # Step 3 starts after the step-2 checkpoint was reported, but the controller registers it

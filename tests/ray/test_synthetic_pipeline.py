@@ -16,9 +16,14 @@ def test_stage_works_on_a_plain_batch(tmp_path):
     assert table.num_rows == 3 and all(Path(u).is_file() for u in table.column("uri").to_pylist())
 
 
-def test_pipeline_writes_corpus_images_and_stats(ray_session, tmp_path):
+def test_pipeline_writes_corpus_images_and_stats(ray_session, tmp_path, capsys):
+    import re
+
     cfg = SyntheticJobConfig(num_scenes=60, blocks=4, out_dir=str(tmp_path / "run"), num_cpus=0.5)
     res = main(cfg)
+    done = [int(k) for k in re.findall(r"\[synthetic-run\] scenes (\d+)/60 \(\d+%\) elapsed \S+ eta \S+",
+                                       capsys.readouterr().out)]
+    assert done and done[-1] == 60 and done == sorted(done)  # our own progress lines, the last one at 60/60
     table = read_corpus(tmp_path / "run")
     assert table.num_rows == 60 and len(set(table.column("image_id").to_pylist())) == 60
     assert set(table.column("split").to_pylist()) <= {"train", "val", "test"}

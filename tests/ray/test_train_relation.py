@@ -43,7 +43,8 @@ def test_killed_worker_resumes_from_last_checkpoint_and_matches_clean_run(ray_se
 
     clean = main(_cfg(corpus, tmp_path, "clean"))
     drill = main(_cfg(corpus, tmp_path, "drill", kill_worker_at_step=3, max_failures=1))
-    assert (tmp_path / "drill" / ".fault_drill_done").exists()  # the worker really was killed
+    assert drill.run.startswith("drill-") and clean.run.startswith("clean-")  # each run in a folder of its own
+    assert (tmp_path / drill.run / ".fault_drill_done").exists()  # the worker really was killed
     assert drill.metrics["step"] == clean.metrics["step"] == 4
     assert drill.metrics["resumed_from_step"] == 2  # the checkpoint before the kill, not step 0
     assert clean.metrics["resumed_from_step"] == 0
@@ -51,6 +52,29 @@ def test_killed_worker_resumes_from_last_checkpoint_and_matches_clean_run(ray_se
         assert abs(drill.metrics[key] - clean.metrics[key]) <= 0.15, key  # same seed: within noise
     pred = load_model(drill.checkpoint)  # the Ray checkpoint folder is the API's checkpoint format
     assert len(pred.vocabulary) > 0
+
+
+@pytest.mark.slow
+def test_rerun_starts_a_new_run_and_resume_continues_the_old_one(ray_session, corpus, tmp_path, capsys):
+    """The same config twice trains two runs in two folders; --resume continues the first from its
+    last checkpoint (saying from which step); resuming it once finished is refused, not returned."""
+    from train_jobs.run_files import RunError
+    from train_jobs.train_relation import main
+
+    first = main(_cfg(corpus, tmp_path, "fixed", **{"log_every": 1}).model_copy(deep=True))
+    again = main(_cfg(corpus, tmp_path, "fixed"))
+    assert first.run != again.run and {first.run[:6], again.run[:6]} == {"fixed-"}
+    assert first.metrics["step"] == again.metrics["step"] == 4 and again.metrics["resumed_from_step"] == 0
+    assert first.checkpoint.startswith(str(tmp_path / first.run)) and again.checkpoint.startswith(str(tmp_path / again.run))
+    capsys.readouterr()
+    with pytest.raises(RunError, match=rf"run '{first.run}' already finished: its latest checkpoint is at step 4 of 4"):
+        main(_cfg(corpus, tmp_path, first.run, resume="true"))
+    longer = _cfg(corpus, tmp_path, first.run, resume="true")
+    longer.optim.max_steps = 6
+    cont = main(longer)
+    assert f"resuming run {first.run} from step 4 (checkpoint {tmp_path / first.run}/checkpoint_" in capsys.readouterr().out
+    assert cont.run == first.run and cont.metrics["resumed_from_step"] == 4 and cont.metrics["step"] == 6
+    assert "resumed from step 4/6" in (tmp_path / first.run / "progress.log").read_text()
 
 
 def test_decode_stage_resizes_scales_boxes_and_never_flips(tmp_path):

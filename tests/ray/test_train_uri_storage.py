@@ -61,7 +61,7 @@ def _cfg(corpus: Path, storage: str, cache: Path, name: str, **run):
     """The tiny recipe of tests/ray/test_train_relation.py, with storage on a URI."""
     from train_jobs.train_relation import TrainRelationConfig
 
-    over = [f"data.corpus_root={corpus}", f"run.storage_path={storage}", f"run.name={name}",
+    over = [f"data.corpus_root={corpus}", f"run.storage_path={storage}", f"run.name={name}", "run.unique_name=false",
             "model.backbone.img_size=32", "model.backbone.depth=2", "model.backbone.taps=[-2, -1]",
             "model.dim=32", "model.scene_grid=2", "model.sampler.geometry_keep=24", "model.sampler.learned_keep=12",
             "data.rungs=[1.0]", "optim.batch_size=4", "optim.max_steps=4", "optim.warmup_steps=2",

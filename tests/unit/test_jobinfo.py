@@ -120,3 +120,33 @@ def test_submit_helper_fails_before_submitting_a_bad_job():
         build_submission("pipelines.nope", [])
     with pytest.raises(ValueError, match="--config FILE and --set"):
         build_submission("pipelines.annotate", ["--confg", "x.yaml"])
+
+
+def test_git_commit_is_dirty_when_the_uploaded_tree_differs(tmp_path):
+    """An untracked file is uploaded with the working dir (unless .gitignore lists it): dirty."""
+    import subprocess
+
+    from relate.jobinfo import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (tmp_path / ".gitignore").write_text("runs/\n")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", ".gitignore", "a.py")
+    git("commit", "-q", "-m", "one")
+    clean = git_commit(tmp_path)
+    assert clean and "+" not in clean and len(clean) == 12
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "out.parquet").write_text("ignored, never uploaded")
+    assert git_commit(tmp_path) == clean
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "new.py").write_text("y = 2\n")  # untracked, not ignored: uploaded
+    assert git_commit(tmp_path) == clean + "+dirty"
+    (tmp_path / "notes" / "new.py").unlink()
+    assert git_commit(tmp_path) == clean
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == clean + "+dirty"
