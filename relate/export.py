@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 __all__ = ["export_onnx", "onnx_session", "run_onnx", "default_onnx_path", "check_onnx_matches", "ONNX_NAME",
-           "INPUTS", "OUTPUTS"]
+           "INPUTS", "OUTPUTS", "ExportError", "parity_check"]
 
 ONNX_NAME = "relation.onnx"
 INPUTS = ("images", "boxes", "box_valid", "bank")
@@ -70,12 +70,12 @@ def _example_inputs(model, n_boxes: int = 3, n_strings: int = 4):
 
 def export_onnx(checkpoint: str | Path, out: str | Path | None = None, opset: int = 18, verbose: bool = False) -> Path:
     """Write the checkpoint's forward as ONNX (default ``<checkpoint>/relation.onnx``); returns the path."""
-    try:
-        import onnx  # noqa: F401  (the exporter needs onnx and onnxscript)
-        import onnxscript  # noqa: F401
-    except ImportError as exc:
-        raise ExportError(f"ONNX export needs the 'onnx' and 'onnxscript' packages ({exc}); "
-                          "install the project's 'onnx' extra: pip install -e '.[onnx]'") from None
+    import importlib.util
+
+    missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ExportError(f"ONNX export needs the {missing} package(s); install the project's 'onnx' extra: "
+                          "pip install -e '.[onnx]'")
     from relate.checkpoint import load_checkpoint
 
     if not Path(checkpoint).is_dir():
@@ -136,3 +136,26 @@ def run_onnx(session, images, boxes, box_valid, bank: np.ndarray) -> tuple[np.nd
             "boxes": np.ascontiguousarray(np.asarray(boxes, dtype=np.float32)),
             "box_valid": np.asarray(box_valid, dtype=bool), "bank": np.ascontiguousarray(bank, dtype=np.float32)}
     return tuple(session.run(list(OUTPUTS), feed))
+
+
+def parity_check(checkpoint: str | Path, onnx_path: str | Path | None = None, vocabulary=None, n_boxes: int = 6,
+                 seed: int = 0) -> float:
+    """Largest |score| difference (Eq. 6, every kept pair x predicate) between onnxruntime and torch on a
+    random image with ``n_boxes`` random boxes; the kept pairs must be the same ones."""
+    from relate.api import load_model
+    from relate.model.score import relation_score
+
+    ref = load_model(checkpoint)
+    ort = load_model(checkpoint, runtime="onnxruntime", onnx_path=onnx_path)
+    rng = np.random.default_rng(seed)
+    h, w = 240, 320
+    image = (rng.random((h, w, 3)) * 255).astype(np.uint8)
+    xy = rng.random((n_boxes, 2)) * [w * 0.7, h * 0.7]
+    boxes = np.concatenate([xy, xy + 8 + rng.random((n_boxes, 2)) * [w * 0.3, h * 0.3]], 1)
+    a = ref.score_images([image], [boxes], vocabulary)[0]
+    b = ort.score_images([image], [boxes], vocabulary)[0]
+    if a.pairs.shape != b.pairs.shape or not (a.pairs == b.pairs).all():
+        return float("inf")
+    w_pair = ref.model.cfg.pair_weight
+    return float(np.abs(relation_score(a.l_pred, a.l_pair, w_pair, ref.calibration)
+                        - relation_score(b.l_pred, b.l_pair, w_pair, ref.calibration)).max())
