@@ -391,14 +391,15 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
 
     state = plan_run(cfg)
     cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"name": state.name, "unique_name": False})})
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, configure_logging=False)
+    t0 = time.perf_counter()
+    trainer = build_trainer(cfg)  # refuses to resume a run that already reached its last step
     if state.step is None:
         print(f"new run {state.name}: {state.folder}", flush=True)
     else:
         print(f"resuming run {state.name} from step {state.step} (checkpoint {state.checkpoint})", flush=True)
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, configure_logging=False)
-    t0 = time.perf_counter()
-    result = build_trainer(cfg).fit()
+    result = trainer.fit()
     ckpt = result.checkpoint
     # a checkpoint on an object store is a path on Ray's filesystem object (which holds the resolved
     # endpoint and credentials): read it through that object, report it as a URI of storage_path's form

@@ -55,26 +55,31 @@ def test_killed_worker_resumes_from_last_checkpoint_and_matches_clean_run(ray_se
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # three short fits; each starts a worker group and a Ray Data pipeline
 def test_rerun_starts_a_new_run_and_resume_continues_the_old_one(ray_session, corpus, tmp_path, capsys):
     """The same config twice trains two runs in two folders; --resume continues the first from its
     last checkpoint (saying from which step); resuming it once finished is refused, not returned."""
     from train_jobs.run_files import RunError
     from train_jobs.train_relation import main
 
-    first = main(_cfg(corpus, tmp_path, "fixed", **{"log_every": 1}).model_copy(deep=True))
-    again = main(_cfg(corpus, tmp_path, "fixed"))
+    def cfg(name, steps, **run):
+        c = _cfg(corpus, tmp_path, name, **run)
+        c.optim.max_steps = steps
+        return c
+
+    first = main(cfg("fixed", 2))
+    again = main(cfg("fixed", 2))
     assert first.run != again.run and {first.run[:6], again.run[:6]} == {"fixed-"}
-    assert first.metrics["step"] == again.metrics["step"] == 4 and again.metrics["resumed_from_step"] == 0
+    assert first.metrics["step"] == again.metrics["step"] == 2 and again.metrics["resumed_from_step"] == 0
     assert first.checkpoint.startswith(str(tmp_path / first.run)) and again.checkpoint.startswith(str(tmp_path / again.run))
     capsys.readouterr()
-    with pytest.raises(RunError, match=rf"run '{first.run}' already finished: its latest checkpoint is at step 4 of 4"):
-        main(_cfg(corpus, tmp_path, first.run, resume="true"))
-    longer = _cfg(corpus, tmp_path, first.run, resume="true")
-    longer.optim.max_steps = 6
-    cont = main(longer)
-    assert f"resuming run {first.run} from step 4 (checkpoint {tmp_path / first.run}/checkpoint_" in capsys.readouterr().out
-    assert cont.run == first.run and cont.metrics["resumed_from_step"] == 4 and cont.metrics["step"] == 6
-    assert "resumed from step 4/6" in (tmp_path / first.run / "progress.log").read_text()
+    with pytest.raises(RunError, match=rf"run '{first.run}' already finished: its latest checkpoint is at step 2 of 2"):
+        main(cfg(first.run, 2, resume="true"))
+    assert "resuming" not in capsys.readouterr().out  # refused before anything claims to resume
+    cont = main(cfg(first.run, 4, resume="true"))
+    assert f"resuming run {first.run} from step 2 (checkpoint {tmp_path / first.run}/checkpoint_" in capsys.readouterr().out
+    assert cont.run == first.run and cont.metrics["resumed_from_step"] == 2 and cont.metrics["step"] == 4
+    assert "resumed from step 2/4" in (tmp_path / first.run / "progress.log").read_text()
 
 
 def test_decode_stage_resizes_scales_boxes_and_never_flips(tmp_path):

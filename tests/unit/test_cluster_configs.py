@@ -31,7 +31,7 @@ CLUSTER = REPO / "cluster"
 LAUNCHERS = ["aws.yaml", "gcp.yaml"]
 KUBERAY = {"raycluster.yaml": "RayCluster", "rayjob-train.yaml": "RayJob", "rayservice.yaml": "RayService"}
 RAY_VERSION = importlib.metadata.version("ray")
-IMAGE = "relate-platform:0.1.0"
+IMAGES = {"cpu": "relate-platform:0.1.0-cpu", "gpu": "relate-platform:0.1.0-gpu"}  # built from cluster/Dockerfile.<kind>
 
 
 def _load(name: str) -> dict:
@@ -94,26 +94,73 @@ def test_launcher_node_groups(name):
         assert all("acceleratorType" not in t["node_config"] for t in types.values())
 
 
+def _dockerfile(kind: str) -> str:
+    return (CLUSTER / f"Dockerfile.{kind}").read_text()
+
+
+def test_dockerfiles_build_the_project_on_the_ray_version_with_the_right_extras():
+    cpu, gpu = _dockerfile("cpu"), _dockerfile("gpu")
+    assert re.search(rf"^FROM rayproject/ray:{re.escape(RAY_VERSION)}-py311-cpu$", cpu, re.M)
+    assert re.search(rf"^FROM rayproject/ray:{re.escape(RAY_VERSION)}-py311-cu\d+$", gpu, re.M)
+    assert 'pip install --no-cache-dir -e ".[gpu]"' in gpu and "[gpu]" not in cpu  # vLLM only where GPUs are
+    assert "download.pytorch.org/whl/cpu" in cpu  # CPU torch wheels, not the CUDA ones
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "gpu" in extras
+    for text in (cpu, gpu):
+        assert "WORKDIR /home/ray/relate" in text
+        for src in re.findall(r"^COPY --chown=\S+ (\S+) ", text, re.M):
+            assert (REPO / src).exists(), src
+
+
+# NVIDIA's minimum Linux driver branch per CUDA toolkit (CUDA release notes, "CUDA Toolkit and
+# Corresponding Driver Versions"): the CUDA a driver branch runs.
+DRIVER_CUDA = {525: (12, 0), 530: (12, 1), 535: (12, 2), 545: (12, 3), 550: (12, 4), 555: (12, 5), 560: (12, 6),
+               570: (12, 8), 575: (12, 9), 580: (13, 0), 590: (13, 1), 595: (13, 2)}
+
+
+def _cuda_of_driver(branch: int) -> tuple[int, int]:
+    return DRIVER_CUDA[max(b for b in DRIVER_CUDA if b <= branch)]
+
+
+def test_gpu_image_cuda_runs_on_the_pinned_driver():
+    """The GPU image's CUDA (its base's toolkit and the runtime the torch wheels bring, as this
+    venv installs them) is no newer than what the driver the GPU node images pin supports."""
+    import torch
+
+    base = re.search(r"^FROM rayproject/ray:\S+-cu(\d+)(\d)$", _dockerfile("gpu"), re.M)
+    base_cuda = (int(base.group(1)), int(base.group(2)))
+    wheel_cuda = tuple(int(x) for x in torch.version.cuda.split(".")[:2]) if torch.version.cuda else (0, 0)
+    gcp = _load("gcp.yaml")["available_node_types"]
+    gpu_groups = [t for t in gcp.values() if t["resources"].get("GPU")]
+    assert gpu_groups
+    for t in gpu_groups:
+        family = t["node_config"]["disks"][0]["initializeParams"]["sourceImage"]
+        branch = int(re.search(r"nvidia-(\d+)$", family).group(1))
+        assert max(base_cuda, wheel_cuda) <= _cuda_of_driver(branch), (family, base_cuda, wheel_cuda)
+    aws = _load("aws.yaml")["available_node_types"]
+    for name, t in aws.items():  # never Ray's default Deep Learning AMI (V71, CUDA 11.2)
+        assert "base-oss-nvidia-driver-gpu" in t["node_config"]["ImageId"], name
+    assert _cuda_of_driver(570) < (13, 0) <= _cuda_of_driver(580)  # the table bites: 570 is too old for cu130
+
+
 @pytest.mark.parametrize("name", LAUNCHERS)
 def test_launcher_images_and_setup_match_the_project(name):
     cfg = _load(name)
-    images = [cfg["docker"]["image"], cfg["docker"]["head_image"]] + [
-        t["docker"]["worker_image"] for t in cfg["available_node_types"].values() if "docker" in t]
-    for image in images:
-        assert image.startswith(f"rayproject/ray:{RAY_VERSION}-py311-"), f"{image} does not match ray {RAY_VERSION}"
+    assert cfg["docker"]["image"] == IMAGES["gpu"] and cfg["docker"]["head_image"] == IMAGES["cpu"]
+    for group, t in cfg["available_node_types"].items():
+        image = t.get("docker", {}).get("worker_image", cfg["docker"]["image"])
+        if group != "head":
+            assert image == IMAGES["gpu" if t["resources"].get("GPU") else "cpu"], (group, image)
     assert cfg["file_mounts"]["~/relate"] == "."
     # The API token travels as a file and is exported before `ray start`, so Serve replicas see it.
     assert all("RELATE_API_TOKEN=$(cat ~/relate_api_token)" in " ".join(cmds)
                for cmds in (cfg["head_start_ray_commands"], cfg["worker_start_ray_commands"]))
     assert "~/relate_api_token" in cfg["file_mounts"]
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    commands = cfg["setup_commands"] + [c for t in cfg["available_node_types"].values()
-                                        for c in t.get("worker_setup_commands", [])]
-    for cmd in commands:
-        for extra in re.findall(r'\$HOME/relate\[(\w+)\]', cmd):
-            assert extra in extras, f"{name}: setup installs unknown extra [{extra}]"
-        if "pip install" in cmd and "relate" in cmd:
-            assert '"$HOME/relate' in cmd  # the file_mounts target
+    assert extras
+    commands = cfg["setup_commands"] + cfg["head_setup_commands"] + cfg["worker_setup_commands"] + [
+        c for t in cfg["available_node_types"].values() for c in t.get("worker_setup_commands", [])]
+    assert not [c for c in commands if "pip" in c or "uv " in c], f"{name}: installs at node start: {commands}"
 
 
 def _shipped_requests() -> dict[str, tuple[object, str]]:
@@ -303,8 +350,9 @@ RAY_JOB_SPEC = {"entrypoint": str, "runtimeEnvYAML": str, "metadata": MAP,
                 "activeDeadlineSeconds": int, "rayClusterSpec": RAY_CLUSTER_SPEC, "clusterSelector": MAP,
                 "entrypointNumCpus": float, "entrypointNumGpus": float, "entrypointResources": str,
                 "suspend": bool, "jobId": str}
+# serviceUnhealthySecondThreshold / deploymentUnhealthySecondThreshold are left out on purpose:
+# KubeRay deprecated and ignores them (ray-project/kuberay#1685), so using them is an error here.
 RAY_SERVICE_SPEC = {"serveConfigV2": str, "rayClusterConfig": RAY_CLUSTER_SPEC,
-                    "serviceUnhealthySecondThreshold": int, "deploymentUnhealthySecondThreshold": int,
                     "upgradeStrategy": {"type": {"NewCluster", "None", "NewClusterWithIncrementalUpgrade"}},
                     "excludeHeadPodFromServeSvc": bool}
 SPECS = {"RayCluster": RAY_CLUSTER_SPEC, "RayJob": RAY_JOB_SPEC, "RayService": RAY_SERVICE_SPEC}
@@ -396,12 +444,11 @@ def test_kuberay_cluster_properties(name):
     spec = _cluster_spec(manifest)
     assert spec["rayVersion"] == RAY_VERSION and spec["enableInTreeAutoscaling"] is True
     assert spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
-    dockerfile = (CLUSTER / "Dockerfile").read_text()
-    assert f"FROM rayproject/ray:{RAY_VERSION}-py311-gpu" in dockerfile
-    groups = [spec["headGroupSpec"]] + spec["workerGroupSpecs"]
-    for group in groups:
+    groups = [dict(spec["headGroupSpec"], groupName="head")] + spec["workerGroupSpecs"]
+    for group in groups:  # the GPU image only where there are GPUs
         for container in group["template"]["spec"]["containers"]:
-            assert container["image"] == IMAGE
+            gpus = container["resources"]["limits"].get("nvidia.com/gpu")
+            assert container["image"] == IMAGES["gpu" if gpus else "cpu"], (name, group["groupName"])
     for group in spec["workerGroupSpecs"]:
         assert group["minReplicas"] <= group.get("replicas", 0) <= group["maxReplicas"] or manifest["kind"] != "RayCluster"
         raw = group["rayStartParams"].get("resources")
@@ -445,7 +492,7 @@ def test_rayjob_entrypoint_references_exist():
     assert cfg.run.worker.resources == {"trainer": 1}
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
     assert runtime_env["working_dir"] == "/home/ray/relate"
-    assert "WORKDIR /home/ray/relate" in (CLUSTER / "Dockerfile").read_text()
+    assert "WORKDIR /home/ray/relate" in _dockerfile("gpu") and "WORKDIR /home/ray/relate" in _dockerfile("cpu")
     assert spec["metadata"]["job"] == "train_relation"
 
 
@@ -480,7 +527,7 @@ def test_readme_names_only_things_that_exist():
     text = _readme_text()
     paths = set(re.findall(r"(?<![\w/.-])((?:cluster|pipelines|train_jobs|serve_apps|eval_jobs|scripts|"
                            r"benchmarks|relate)/[\w./-]+\.(?:yaml|py|sh|md|json))", text))
-    paths |= {"cluster/Dockerfile"} if "cluster/Dockerfile" in text else set()
+    paths |= set(re.findall(r"cluster/Dockerfile\.\w+", text))
     assert paths, "README names no files?"
     missing = sorted(p for p in paths if not (REPO / p).exists())
     assert not missing, f"README names missing files: {missing}"
@@ -535,3 +582,89 @@ def test_top_readme_cluster_section_commands_validate():
                     [argv[i + 1] for i, a in enumerate(argv) if a == "--set"])
     for path in re.findall(r"`((?:cluster|pipelines|train_jobs|serve_apps|scripts)/[\w./-]+)`", section):
         assert (REPO / path).exists(), f"README's cluster section names a missing file: {path}"
+
+
+# ----------------------------------------------------------------------------- instance types and pods
+# Each instance as its cloud lists it: (GPUs, vCPUs, memory, unit). AWS gives GiB, GCP GB.
+INSTANCES = {"m5.2xlarge": (0, 8, 32, "GiB"), "n2-standard-8": (0, 8, 32, "GB"),
+             "c6i.8xlarge": (0, 32, 64, "GiB"), "n2-standard-32": (0, 32, 128, "GB"),
+             "p4d.24xlarge": (8, 96, 1152, "GiB"), "a2-highgpu-8g": (8, 96, 680, "GB"),
+             "g6e.2xlarge": (1, 8, 64, "GiB"), "g2-standard-24": (2, 24, 96, "GB"),
+             "p5.48xlarge": (8, 192, 2048, "GiB"), "a3-highgpu-8g": (8, 208, 1872, "GB")}
+GIB_PER_GB = 1e9 / 2**30
+
+
+def _pods_per_node(instance: str, cpu: float, mem_gib: float, gpu: int) -> int:
+    """Pods of that size a node holds, keeping 1 vCPU and 10% of memory + 1 GiB for the system."""
+    gpus, vcpus, mem, unit = INSTANCES[instance]
+    node_gib = mem * (GIB_PER_GB if unit == "GB" else 1.0)
+    n = min(int((vcpus - 1) // cpu), int((0.9 * node_gib - 1) // mem_gib))
+    return min(n, gpus // gpu) if gpu else n
+
+
+def _instance_table() -> list[dict]:
+    text = (CLUSTER / "README.md").read_text()
+    lines = text[text.index("| group | instance | GPUs |"):].splitlines()
+    rows = []
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    out = []
+    for row in rows:
+        group, inst, gpus, vcpus, mem, pod, pods = [c.strip() for c in row.strip("|").split("|")]
+        cpu, pmem, pgpu = [p.strip() for p in pod.split(",")]
+        out.append({"group": group, "instance": inst, "gpus": int(gpus), "vcpus": int(vcpus), "memory": mem,
+                    "pod": (float(cpu), float(pmem.removesuffix("Gi")), int(pgpu)), "pods": int(pods)})
+    return out
+
+
+def _manifest_pods() -> dict[str, set]:
+    """group -> the (CPU, GiB, GPU) of its pods in every KubeRay manifest that defines it."""
+    out: dict[str, set] = {}
+    for name in KUBERAY:
+        spec = _cluster_spec(_load(f"kuberay/{name}"))
+        groups = [dict(spec["headGroupSpec"], groupName="head")] + spec["workerGroupSpecs"]
+        if name != "raycluster.yaml":  # a RayJob's / RayService's own head is smaller and lives elsewhere
+            groups = groups[1:]
+        for g in groups:
+            lim = g["template"]["spec"]["containers"][0]["resources"]["limits"]
+            out.setdefault(g["groupName"], set()).add(
+                (float(lim["cpu"]), float(lim["memory"].removesuffix("Gi")), int(lim.get("nvidia.com/gpu", 0))))
+    return out
+
+
+def test_instance_table_matches_the_clouds_the_configs_and_the_pods():
+    table = _instance_table()
+    pods = _manifest_pods()
+    aws, gcp = (_load(n)["available_node_types"] for n in LAUNCHERS)
+    assert {r["group"] for r in table} == set(aws) == set(gcp) == set(pods)
+    for r in table:
+        gpus, vcpus, mem, unit = INSTANCES[r["instance"]]
+        assert (r["gpus"], r["vcpus"], r["memory"]) == (gpus, vcpus, f"{mem} {unit}"), r
+        launcher = aws if unit == "GiB" else gcp
+        node = launcher[r["group"]]
+        kind = node["node_config"].get("InstanceType") or node["node_config"].get("machineType")
+        assert kind == r["instance"], (r["group"], kind)
+        if r["group"] != "head":  # the launcher gives a worker group the whole machine
+            assert node["resources"]["CPU"] == vcpus and node["resources"].get("GPU", 0) == gpus, r
+        assert pods[r["group"]] == {r["pod"]}, (r["group"], pods[r["group"]])
+        n = _pods_per_node(r["instance"], *r["pod"])
+        assert n == r["pods"] >= 1, (r["instance"], n)
+        if gpus:  # every GPU of the machine gets a pod
+            assert n * r["pod"][2] == gpus, r
+
+
+def test_pod_rule_rejects_pods_that_leave_gpus_idle_or_do_not_fit():
+    assert _pods_per_node("g6e.2xlarge", 8, 48, 1) == 0       # the old annotate pod: 8 vCPUs of 8
+    assert _pods_per_node("g2-standard-24", 8, 48, 1) == 1    # ... and one of two L4s idle
+    assert _pods_per_node("a2-highgpu-8g", 12, 120, 1) == 4   # the old A100 pod: memory for 4 of 8
+    assert _pods_per_node("p4d.24xlarge", 12, 120, 1) == 7    # CPUs for 7 of 8
+
+
+def test_shipped_gpu_requests_fit_the_pods_of_their_group():
+    from relate.placement import slots_per_node
+
+    groups = _kuberay_groups()
+    for what, (res, group) in _shipped_requests().items():
+        assert slots_per_node(res, groups[group]) >= 1, (what, group)

@@ -335,7 +335,8 @@ def test_cluster_nodes_guard_every_serve_app():
         for c in pod["template"]["spec"]["containers"]:
             env = {e["name"]: e for e in c.get("env", [])}
             assert TOKEN_ENV in env and env["RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"]["value"] == PROXY_CALLBACK
-    assert f"ENV RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH={PROXY_CALLBACK}" in (repo / "cluster/Dockerfile").read_text()
+    for image in ("cluster/Dockerfile.cpu", "cluster/Dockerfile.gpu"):  # every node image
+        assert f"ENV RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH={PROXY_CALLBACK}" in (repo / image).read_text()
     gpu = yaml.safe_load((repo / "serve_apps/configs/gpu.yaml").read_text())
     relate = next(a["args"] for a in gpu["applications"] if a["import_path"].endswith("app_builder"))
     assert relate["security"]["bearer_token_env"] == TOKEN_ENV
