@@ -148,8 +148,8 @@ def under_root(location: str | Path, what: str = "path") -> str:
     if reason:
         raise RelativePathError(
             f"{what} {loc!r} is relative and {ROOT_ENV} is not set, but this process runs inside a Ray job "
-            f"({reason}): the path would land in Ray's temporary copy of the working tree, which later jobs "
-            f"do not see. Set {ROOT_ENV} to shared storage in the job's runtime_env "
+            f"({reason}): the path would land in {os.getcwd()}, Ray's temporary copy of the working tree, which "
+            f"later jobs do not see. Set {ROOT_ENV} to shared storage in the job's runtime_env "
             f"(env_vars: {{{ROOT_ENV}: /mnt/shared/relate}}, or `python -m scripts.submit_job --root ...`), "
             f"or give an absolute path or a URI (s3://bucket/...).")
     return loc
