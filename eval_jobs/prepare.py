@@ -23,9 +23,10 @@ relate.data.readers). Steps:
 4. read the split with the benchmark's reader (which follows the field's own loader and counts in
    ``notes`` every place it must differ) and check that every image file it points at exists;
 5. apply the leakage exclusion lists (``--exclude``: the ``excluded_ids.csv`` of pipelines.leakage
-   or one id per line; ids compare without leading zeros) and record what was removed;
+   or one id per line; ids are namespaced by dataset, ``vg:123`` or ``coco:000139``, and compare
+   without leading zeros; a bare id is an error) and record what was removed;
 6. write, under ``OUT/<benchmark>/<split>/``: ``corpus.parquet`` (+ ``cells.parquet``),
-   ``eval_ids.txt`` (this split's image ids, for ``pipelines.leakage --set eval_ids_files=[...]``
+   ``eval_ids.txt`` (this split's namespaced image ids, for ``pipelines.leakage --set eval_ids_files=[...]``
    so no training corpus holds them), ``excluded_ids.txt``, ``manifest.json`` and
    ``benchmark.yaml``: a ready ``eval_jobs.ovsgg`` benchmark entry that reads the native files
    with the same reader, options and exclusion list.
@@ -47,7 +48,7 @@ from pydantic import Field
 
 from relate.config import StrictConfig, apply_overrides, dump_config
 from relate.storage import Location, under_root
-from relate.data.readers import BenchmarkData, load_exclusions, normalise_image_id, read_benchmark
+from relate.data.readers import BenchmarkData, image_key, load_exclusions, read_benchmark
 from relate.data.readers.layouts import LAYOUTS, check_layout, describe_layout
 
 __all__ = ["PrepareConfig", "PrepareResult", "PrepareError", "KNOWN_CHECKSUMS", "file_manifest", "main",
@@ -223,7 +224,8 @@ def main(cfg: PrepareConfig) -> PrepareResult:
     if data.cells is not None:
         pq.write_table(data.cells, out / "cells.parquet")
     ids = data.corpus.column("image_id").to_pylist()
-    (out / "eval_ids.txt").write_text("".join(f"{normalise_image_id(i)}\n" for i in ids))
+    keys = [image_key(src, i) for i, src in zip(ids, data.corpus.column("source").to_pylist())]
+    (out / "eval_ids.txt").write_text("".join(f"{k}\n" for k in keys))  # namespaced: vg:123, coco:139
     (out / "excluded_ids.txt").write_text("".join(f"{i}\n" for i in data.excluded))
     entry = _benchmark_entry(cfg, exclusion_file)
     (out / "benchmark.yaml").write_text(yaml.safe_dump({"benchmarks": [entry]}, sort_keys=False))

@@ -57,7 +57,9 @@ def test_prepare_writes_a_split_ovsgg_reads_back(tmp_path, name, capsys):
     assert res.out_dir == out
     corpus = pq.read_table(out / "corpus.parquet")
     assert sorted(corpus.column("image_id").to_pylist()) == ["000007", "000008", "000009"]
-    assert (out / "eval_ids.txt").read_text().split() == sorted(["7", "8", "9"])  # leakage-normalised ids
+    ns = {"vg150": "vg", "indoorvg": "vg", "psg": "coco", "haystack": "coco", "hico_det": "hico",
+          "spatialsense": "spatialsense"}[name]  # whose ids these are: VG, COCO, HICO-DET, SpatialSense
+    assert (out / "eval_ids.txt").read_text().split() == [f"{ns}:{d}" for d in "789"]  # leakage-normalised ids
     assert (out / "cells.parquet").is_file() == (name in ("haystack", "spatialsense"))
     m = json.loads((out / "manifest.json").read_text())
     assert m["files"] and m["counts"]["images"] == 3 and m["counts"]["relations"] == 6
@@ -140,18 +142,23 @@ def test_leakage_exclusion_list_is_applied_and_travels_with_the_entry(tmp_path):
     from eval_jobs.ovsgg import BenchmarkSpec, load_benchmark
 
     _export(tmp_path, "haystack")
-    (tmp_path / "excluded_ids.csv").write_text("image_id,reason\n8,id_map:vg_coco.csv:8\n")  # unpadded spelling
-    (tmp_path / "more.txt").write_text("# by hand\n0000009\n")
+    # Haystack numbers COCO images; vg:7 has the digits of a kept image but is another dataset's image
+    (tmp_path / "excluded_ids.csv").write_text("image_id,reason\ncoco:8,id_map:vg_coco.csv:vg:8\nvg:7,same_id\n")
+    (tmp_path / "more.txt").write_text("# by hand\ncoco:0000009\n")  # padded spelling
     res = main(_cfg(tmp_path, "haystack", exclude=[str(tmp_path / "excluded_ids.csv"), str(tmp_path / "more.txt")]))
     out = res.out_dir
     assert (out / "excluded_ids.txt").read_text().split() == ["000008", "000009"]
     assert pq.read_table(out / "corpus.parquet").column("image_id").to_pylist() == ["000007"]
     assert pq.read_table(out / "cells.parquet").column("image_id").to_pylist() == ["000007"]
-    assert (out / "eval_ids.txt").read_text().split() == ["7"]
+    assert (out / "eval_ids.txt").read_text().split() == ["coco:7"]
     assert res.manifest["excluded"] == 2
     spec = BenchmarkSpec.model_validate(yaml.safe_load((out / "benchmark.yaml").read_text())["benchmarks"][0])
     assert spec.reader_options["exclude"] == str((out / "exclusion_list.txt").resolve())
-    assert load_benchmark(spec).corpus.column("image_id").to_pylist() == ["000007"]
+    assert load_benchmark(spec).corpus.column("image_id").to_pylist() == ["000007"]  # the evaluation job's read
+    # a list from before namespaces is refused before anything is read
+    (tmp_path / "old.txt").write_text("0000009\n")
+    with pytest.raises(ValueError, match="old.txt line 1: image id '0000009' names no dataset"):
+        main(_cfg(tmp_path, "haystack", exclude=[str(tmp_path / "old.txt")]))
 
 
 def test_vg_pixels_in_sgb_folder_name_are_found(tmp_path):

@@ -405,19 +405,25 @@ def test_a_split_with_no_images_is_an_error(tmp_path, name):
         read_benchmark(name, str(tmp_path / name), split=split, **({"num_val_im": 0} if "vg" in name else {}))
 
 
-def test_exclusion_list_drops_images_by_normalised_id(tmp_path):
+def test_exclusion_list_drops_images_by_namespaced_id(tmp_path):
     corpus = _corpus(n=3)
     ids = corpus.column("image_id").to_pylist()
     EXPORTERS["haystack"](corpus, tmp_path / "h", cells=synthesize_negatives(corpus, seed=0))
-    (tmp_path / "excluded_ids.csv").write_text(f"image_id,reason\n{ids[1]},same_id\n")
+    # Haystack numbers COCO images: coco:<id> is one of its images, vg:<same digits> is not
+    (tmp_path / "excluded_ids.csv").write_text(f"image_id,reason\ncoco:{ids[1]},same_id\nvg:{ids[2]},same_id\n")
     b = read_benchmark("haystack", str(tmp_path / "h"), exclude=str(tmp_path / "excluded_ids.csv"))
     assert b.excluded == (ids[1],)
     assert ids[1] not in b.corpus.column("image_id").to_pylist() + b.cells.column("image_id").to_pylist()
     assert b.corpus.num_rows == 2 and b.cells.num_rows == 2
-    (tmp_path / "all.txt").write_text("\n".join(ids) + "\n")
+    (tmp_path / "all.txt").write_text("".join(f"coco:{i}\n" for i in ids))
     with pytest.raises(EmptySplitError, match="removes all 3 images"):
         read_benchmark("haystack", str(tmp_path / "h"), exclude=str(tmp_path / "all.txt"))
-    from relate.data.readers import load_exclusions
+    from relate.data.readers import image_key, load_exclusions
 
-    (tmp_path / "ids.txt").write_text("# leaked\n000123\nabc\n")
-    assert load_exclusions(tmp_path / "ids.txt") == {"123", "abc"}
+    (tmp_path / "ids.txt").write_text("# leaked\nCOCO:000123\nvg:abc\npsg:0042\n")
+    assert load_exclusions(tmp_path / "ids.txt") == {"coco:123", "vg:abc", "coco:42"}
+    assert image_key("vg150", "000123") == image_key("indoorvg", 123) == "vg:123" != image_key("psg", "123")
+    # a list from before namespaces: refused, naming the file, line and the fix
+    (tmp_path / "old.csv").write_text(f"image_id,reason\n{ids[1]},same_id\n")
+    with pytest.raises(ValueError, match=rf"old.csv line 2: image id '{ids[1]}' names no dataset; write <namespace>:<id>"):
+        read_benchmark("haystack", str(tmp_path / "h"), exclude=str(tmp_path / "old.csv"))

@@ -9,11 +9,16 @@ Readers follow the field's own loaders on the real files. Where this project can
 refuses a self-loop, say), the reader counts what it changed in ``BenchmarkData.notes`` instead of
 changing it silently. A split that yields no image is an error (:class:`EmptySplitError`), and
 ``read_benchmark(..., exclude=FILE)`` drops the images a leakage exclusion list names.
+
+Image ids are namespaced by the dataset whose ids they are (:func:`image_key`): ``vg:2343`` and
+``coco:2343`` are different photographs, so exclusion lists name ``<namespace>:<id>`` and a reader
+drops an image only when its own namespace and id are listed.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -27,7 +32,7 @@ from relate.schema import CORPUS_SCHEMA, SchemaError, to_table, validate_corpus
 
 __all__ = ["CELL_TYPE", "CELLS_SCHEMA", "BenchmarkData", "READERS", "EmptySplitError", "read_benchmark",
            "make_box", "build_tables", "require_images", "normalise_image_id", "load_exclusions",
-           "exclude_images"]
+           "exclude_images", "IMAGE_NAMESPACES", "image_namespace", "image_key", "parse_image_key"]
 
 CELL_TYPE = pa.struct([("subject", pa.int32()), ("object", pa.int32()), ("predicate", pa.string()),
                        ("label", pa.bool_())])
@@ -103,9 +108,49 @@ def normalise_image_id(x: Any) -> str:
     return (s.lstrip("0") or "0") if s.isdigit() else s
 
 
+# whose ids a corpus ``source`` uses: the VG150 and IndoorVG splits number Visual Genome images, PSG
+# and Haystack (built on PSG) number COCO images; any other source is its own namespace
+IMAGE_NAMESPACES = {"vg150": "vg", "indoorvg": "vg", "vg": "vg", "visual_genome": "vg",
+                    "psg": "coco", "haystack": "coco", "coco": "coco", "hico_det": "hico", "hico": "hico",
+                    "spatialsense": "spatialsense", "synthetic": "synthetic"}
+_NAMESPACE = re.compile(r"[a-z][a-z0-9_.-]*")
+
+
+def image_namespace(source: str) -> str:
+    """The id namespace of a corpus ``source`` (``vg150`` -> ``vg``, ``psg`` -> ``coco``)."""
+    ns = IMAGE_NAMESPACES.get(str(source).strip().lower(), str(source).strip().lower())
+    if not _NAMESPACE.fullmatch(ns):
+        raise ValueError(f"source {source!r} is not usable as an image id namespace "
+                         f"(lower-case letters, digits, '_', '.', '-', starting with a letter)")
+    return ns
+
+
+def image_key(source: str, image_id: Any) -> str:
+    """An image's identity across datasets: ``<namespace>:<normalised id>`` (``vg150``, ``000123`` -> ``vg:123``)."""
+    return f"{image_namespace(source)}:{normalise_image_id(image_id)}"
+
+
+def parse_image_key(text: str, where: str = "") -> str:
+    """A namespaced id as written in a list (``coco:000139``) -> its normal form (``coco:139``).
+
+    A bare id (``139``) is refused: lists written before ids were namespaced matched an id in
+    every dataset at once (a COCO and a VG image with the same digits), so they must be rewritten."""
+    s = str(text).strip()
+    ns, sep, iid = s.partition(":")
+    ns = ns.strip().lower()
+    if not sep or not iid.strip() or not _NAMESPACE.fullmatch(ns):
+        at = f"{where}: " if where else ""
+        raise ValueError(f"{at}image id {s!r} names no dataset; write <namespace>:<id>, e.g. coco:{s or '139'} or "
+                         f"vg:{s or '139'} (namespaces: {sorted(set(IMAGE_NAMESPACES.values()))} or a corpus "
+                         f"source). A list from before ids were namespaced: rerun pipelines.leakage, or prefix "
+                         f"each id with the dataset it belongs to")
+    return f"{IMAGE_NAMESPACES.get(ns, ns)}:{normalise_image_id(iid)}"
+
+
 def load_exclusions(path: str | Path) -> set[str]:
-    """Normalised image ids from an exclusion list: the leakage job's ``excluded_ids.csv`` (header
-    ``image_id,reason``) or a plain text file with one id per line (``#`` starts a comment)."""
+    """Namespaced image keys (``vg:123``) from an exclusion list: the leakage job's
+    ``excluded_ids.csv`` (header ``image_id,reason``) or a plain text file with one id per line
+    (``#`` starts a comment). Every id must name its dataset (see :func:`parse_image_key`)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"exclusion list {p} not found")
@@ -115,19 +160,21 @@ def load_exclusions(path: str | Path) -> set[str]:
             for i, row in enumerate(csv.reader(fh)):
                 if not row or (i == 0 and row[0].strip().lower() == "image_id"):
                     continue
-                out.add(normalise_image_id(row[0]))
+                out.add(parse_image_key(row[0], f"{p} line {i + 1}"))
         return out
-    for line in p.read_text().splitlines():
+    for n, line in enumerate(p.read_text().splitlines()):
         line = line.split("#", 1)[0].strip()
         if line:
-            out.add(normalise_image_id(line))
+            out.add(parse_image_key(line, f"{p} line {n + 1}"))
     return out
 
 
 def exclude_images(data: BenchmarkData, ids: set[str], *, source: str = "exclusion list") -> BenchmarkData:
-    """Drop the images whose (normalised) id is in ``ids`` from corpus and cells; refuse an empty result."""
+    """Drop the images whose namespaced key (:func:`image_key` of their ``source`` and id) is in
+    ``ids`` from corpus and cells; refuse an empty result."""
     got = data.corpus.column("image_id").to_pylist()
-    drop = [i for i in got if normalise_image_id(i) in ids]
+    sources = data.corpus.column("source").to_pylist()
+    drop = [i for i, src in zip(got, sources) if image_key(src, i) in ids]
     if not drop:
         return replace(data, excluded=())
     if len(drop) == len(got):
