@@ -59,13 +59,15 @@ def _weights_sha256(checkpoint: str | Path) -> str:
     return _sha256(Path(checkpoint) / "model.safetensors")
 
 
-def _example_inputs(model, n_boxes: int = 3, n_strings: int = 4):
+def _example_inputs(model, batch: int = 2, n_boxes: int = 3, n_strings: int = 4):
+    """Example inputs for tracing; sizes other than 0 and 1, which torch.export would specialise."""
     side = model.preprocessing.img_size
     g = torch.Generator().manual_seed(0)
-    xy = torch.rand(1, n_boxes, 2, generator=g) * side * 0.6
+    xy = torch.rand(batch, n_boxes, 2, generator=g) * side * 0.6
     boxes = torch.cat([xy, xy + side * 0.3], dim=-1)
     bank = torch.nn.functional.normalize(torch.randn(n_strings, model.cfg.text_dim, generator=g), dim=-1)
-    return torch.rand(1, 3, side, side, generator=g), boxes, torch.ones(1, n_boxes, dtype=torch.bool), bank
+    return (torch.rand(batch, 3, side, side, generator=g), boxes, torch.ones(batch, n_boxes, dtype=torch.bool),
+            bank)
 
 
 def export_onnx(checkpoint: str | Path, out: str | Path | None = None, opset: int = 18, verbose: bool = False) -> Path:
