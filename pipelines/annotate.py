@@ -3,8 +3,10 @@
 ``python -m pipelines.annotate --config pipelines/configs/annotate_synthetic.yaml`` (or through
 ``ray job submit``). Ray Data graph per image: read record -> draw markers -> semantic pass ->
 grow pass -> spatial pass (each: prompt, generate, parse) -> gate (Algorithm 1, repair,
-balance, top-up, dedup). The driver streams finished images into shards and writes each shard
-atomically once all its images are back (layout in :mod:`pipelines.annotate_shards`): kept
+balance, top-up, dedup). The gate's task spools its rows per shard and, once all of a shard's
+images are back, a Ray task per shard balances it and writes it atomically (layout in
+:mod:`pipelines.annotate_shards`, the tasks in :mod:`pipelines.annotate_writer`; the driver
+only plans, counts summary rows and commits): kept
 relations, rejections (including images that could not be read, with the reason), counters and
 run statistics; a shard whose VLM calls failed after their retries leaves its failures table
 and pending state instead.
@@ -22,7 +24,9 @@ the key is wrong) stops with :class:`AnnotationStopped` after writing what it fi
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -34,11 +38,13 @@ from pydantic import Field, model_validator
 
 from actors.vlm.configs import VLMConfig
 from pipelines.annotate_input import ImagesInput, read_records
-from pipelines.annotate_shards import (NOT_RUN, atomic_write, balance_shard, load_pending, read_failures,
+from pipelines.annotate_shards import (atomic_write, balance_shard, load_pending, read_failures,
                                        shard_paths, write_shard)
 from pipelines.annotate_stages import (STOP_KINDS, VLM_PASSES, GateStage, MarkStage, ParseStage, PassesStage, PromptStage,
                                        merge_counters, rows_to_table)
-from relate.annotation_stats import annotation_statistics, format_annotation_table, format_vlm_line, vlm_call_stats
+from pipelines.annotate_writer import SpoolStage, finish_shard, spool_root, spooled_rows
+from relate.annotation_stats import (annotation_statistics, format_annotation_table, format_throughput_line, format_usage_line,
+                                     format_vlm_line, throughput, vlm_call_stats)
 from relate.config import StrictConfig, dump_config, parse_job_args
 from relate.storage import Location
 from relate.data.corpus import SPLITS
@@ -49,8 +55,6 @@ from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA
 
 __all__ = ["AnnotateConfig", "AnnotateResult", "AnnotationStopped", "build_annotation", "main", "shard_plan",
            "annotate_local"]
-
-_write_shard = write_shard  # the name benchmarks/annotate_overhead.py imports
 
 
 class AnnotationStopped(RuntimeError):
@@ -63,6 +67,12 @@ class StageResources(StrictConfig):
     concurrency: int = Field(1, ge=1, description="Actors running the backend (per pass); the vllm backend sizes its pool with vlm.vllm.concurrency.")
     batch_size: int = Field(8, ge=1, description="Images per backend call.")
     resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.5), description="Per actor (per vLLM engine for the vllm backend): CPUs (fractional on small machines, or reads deadlock), GPU fraction and the custom 'annotator' resource that keeps annotators on the annotation node group.")
+
+
+class CostConfig(StrictConfig):
+    """What the run's GPU time costs (for the cost estimate in the statistics)."""
+
+    gpu_hour_usd: float | None = Field(None, ge=0, description="Price of one GPU-hour in USD; the statistics then estimate the run's cost as GPU-seconds held x price. None: no estimate.")
 
 
 class AnnotateConfig(StrictConfig):
@@ -85,7 +95,8 @@ class AnnotateConfig(StrictConfig):
     gate: GateConfig = Field(default_factory=GateConfig, description="Algorithm 1 thresholds and balancing.")
     topup: TopUpConfig = Field(default_factory=TopUpConfig, description="Geometric top-up of sparse images.")
     cpu_batch_size: int = Field(32, ge=1, description="Images per batch in the CPU stages (markers, parse, gate).")
-    cpu_resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.25), description="Per task of the CPU stages (markers, prompts, parse, gate).")
+    cpu_resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.25), description="Per task of the CPU stages (markers, prompts, parse, gate) and of the per-shard balance-and-write tasks.")
+    cost: CostConfig = Field(default_factory=CostConfig, description="Price per GPU-hour for the run's cost estimate.")
 
     @model_validator(mode="after")
     def _check(self) -> "AnnotateConfig":
@@ -230,8 +241,9 @@ def _work(cfg: AnnotateConfig, plan: pa.Table) -> tuple[pa.Table, dict[str, list
     return work, carried, len(done)
 
 
-def _final_stats(cfg: AnnotateConfig, shards: Sequence[str]) -> dict:
-    """Run statistics over the complete shards, plus the calls and failures of incomplete ones."""
+def _final_stats(cfg: AnnotateConfig, shards: Sequence[str], extra: dict | None = None) -> dict:
+    """Run statistics over the complete shards, plus the calls and failures of incomplete ones
+    (and ``extra``, e.g. this run's throughput), written to ``stats/annotation_stats.json``."""
     out = Path(cfg.out_dir)
     kept, rej, counters = [], [], {}
     for s in sorted(shards):
@@ -251,23 +263,26 @@ def _final_stats(cfg: AnnotateConfig, shards: Sequence[str]) -> dict:
         outstanding[k] = outstanding.get(k, 0) + 1
     stats["vlm"] = vlm_call_stats(counters, outstanding)
     stats["images_failed"] = len(set(fails.column("image_id").to_pylist()))
+    stats.update(extra or {})
     atomic_write(out / "stats" / "annotation_stats.json", lambda p: p.write_text(json.dumps(stats, indent=2, sort_keys=True)))
     return stats
 
 
-def _stopped(out: Path, work: pa.Table, buffers: dict[str, list[dict]], carried: dict[str, list[dict]],
-             gate: GateConfig) -> None:
-    """Save what a stopping run finished: each shard with new images keeps them as pending, the
-    images that did not come back listed as not run (a rerun annotates exactly those)."""
-    for s, buf in buffers.items():
-        if not buf:
+def _stopped(out: Path, work: pa.Table, unsubmitted: Sequence[str], gate: GateConfig) -> None:
+    """Save what a stopping run finished: each shard with new images in the spool keeps them as
+    pending, the images that did not come back listed as not run (a rerun annotates exactly those)."""
+    for s in unsubmitted:
+        if not spooled_rows(out, s):
             continue  # nothing new: the shard's files (none, or an earlier run's pending) stand as they were
-        got = {r["image_id"] for r in buf}
         rest = work.filter(pa.compute.equal(work.column("shard"), s)).to_pylist()
-        missing = [dict(r, failure_json=json.dumps({"pass": VLM_PASSES[r["resume_from"]], "kind": NOT_RUN, "attempts": r["attempts_before"],
-                                                    "message": "the run stopped before this image was annotated"}))
-                   for r in rest if r["image_id"] not in got]
-        write_shard(out, s, carried.get(s, []) + buf + missing, gate)
+        finish_shard(out, s, gate, len(rest), missing_from=rest)
+
+
+def _gpus_held(cfg: AnnotateConfig) -> float:
+    """GPUs the VLM stage reserves for the whole run: engines (or actors) x GPUs each (x3 passes for vLLM)."""
+    if cfg.vlm.backend == "vllm":
+        return len(VLM_PASSES) * cfg.vlm.vllm.concurrency * cfg.generate.resources.num_gpus
+    return cfg.generate.concurrency * cfg.generate.resources.num_gpus
 
 
 def main(cfg: AnnotateConfig) -> AnnotateResult:
@@ -283,42 +298,75 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
     all_shards = sorted(set(plan.column("shard").to_pylist()))
     work, carried, skipped = _work(cfg, plan)
     expected = dict(zip(*_counts(work)))
-    buffers: dict[str, list[dict]] = {s: [] for s in expected}
     written = incomplete = 0
     name = run_name("annotate", cfg.out_dir)
     print(f"[{name}] {plan.num_rows} images in {len(all_shards)} shards: {skipped} done before, {len(expected)} to "
           f"annotate ({work.num_rows} images, {sum(map(len, carried.values()))} kept from earlier runs)", flush=True)
+    extra: dict = {}
     if work.num_rows:
         if not ray.is_initialized():
             ray.init(ignore_reinit_error=True, log_to_driver=False)
+        shutil.rmtree(spool_root(out), ignore_errors=True)  # a killed run's scratch: this run redoes it
         step = cfg.cpu_batch_size
+        t_start = time.monotonic()
         ds = build_annotation(ray.data.from_arrow([work.slice(i, step) for i in range(0, work.num_rows, step)]), cfg)
+        # balancing and writing: in the same Ray task as the gate (spool), then one task per shard
+        ds = ds.map_batches(SpoolStage(str(out)), batch_format="pyarrow", batch_size=cfg.cpu_batch_size,
+                            **ray_remote_args(cfg.cpu_resources))
         ds.set_name(name)  # the Ray Data dashboard and metric tags show the run, not "dataset_17"
+        finish = ray.remote(finish_shard).options(**ray_remote_args(cfg.cpu_resources), max_retries=2)
         seen: dict = {}
-        progress = Progress(name, "shards", len(expected),
-                            emit=lambda line: print(f"{line} | {format_vlm_line(vlm_call_stats(seen))}", flush=True))
+        got: dict[str, int] = {}
+        running: dict = {}  # ObjectRef -> shard
+        progress = Progress(name, "shards", len(expected), emit=lambda line: print(
+            f"{line} | {sum(got.values())} images, {sum(got.values()) / max(time.monotonic() - t_start, 1e-9):.1f} images/s"
+            f" | {format_vlm_line(vlm_call_stats({'vlm': seen}))} | {format_usage_line(vlm_call_stats({'vlm': seen}))}",
+            flush=True))
+
+        def commit(block: bool) -> None:
+            nonlocal written, incomplete
+            ready, _ = ray.wait(list(running), num_returns=len(running), timeout=None if block else 0)
+            for ref in ready:
+                running.pop(ref)
+                if ray.get(ref):
+                    written += 1
+                else:
+                    incomplete += 1
+                progress.update()
+
         try:
             for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                for row in batch.to_pylist():
-                    s = row["shard"]
-                    buffers[s].append(row)
-                    if len(buffers[s]) == expected[s]:
-                        rows = carried.pop(s, []) + buffers.pop(s)
-                        if write_shard(out, s, rows, cfg.gate):
-                            written += 1
-                        else:
-                            incomplete += 1
-                        for r in rows:
-                            seen = merge_counters(seen, {"vlm": json.loads(r.get("counters_json") or "{}").get("vlm", {})})
-                        progress.update()
+                for s, n, v in zip(batch.column("shard").to_pylist(), batch.column("images").to_pylist(),
+                                   batch.column("run_vlm_json").to_pylist()):
+                    got[s] = got.get(s, 0) + n
+                    seen = merge_counters(seen, json.loads(v))
+                    if got[s] == expected[s]:
+                        running[finish.remote(str(out), s, cfg.gate, expected[s])] = s
+                if running:
+                    commit(block=False)
+            while running:
+                commit(block=True)
         except Exception as exc:
-            _stopped(out, work, buffers, carried, cfg.gate)
+            if running:  # shards already being written: let them finish (or fail) first
+                ray.wait(list(running), num_returns=len(running), timeout=120)
+            submitted = set(running.values()) | {s for s in expected if shard_paths(out, s).done()}
+            _stopped(out, work, [s for s in expected if s not in submitted], cfg.gate)
             _final_stats(cfg, all_shards)
             cause = _cause(exc)
             raise AnnotationStopped(f"annotation stopped: {cause}. Everything finished is on disk under {out} "
                                     f"(complete shards, and pending/ + failures/ for the rest); fix the cause and rerun "
                                     f"the same command: it annotates only what is missing") from exc
-    stats = _final_stats(cfg, all_shards)
+        wall = time.monotonic() - t_start
+        shutil.rmtree(spool_root(out), ignore_errors=True)  # every shard is written: only empty folders are left
+        run_vlm = vlm_call_stats({"vlm": seen})
+        extra["throughput"] = throughput(run_vlm, work.num_rows, wall, _gpus_held(cfg), cfg.cost.gpu_hour_usd)
+        extra["throughput"]["vlm_this_run"] = run_vlm
+        print(f"[{name}] this run: {format_throughput_line(extra['throughput'])}", flush=True)
+        stats = ray.get(ray.remote(_final_stats).options(**ray_remote_args(cfg.cpu_resources)).remote(cfg, all_shards, extra))
+    else:  # nothing to annotate: the throughput of the last run that annotated something stands
+        prev = out / "stats" / "annotation_stats.json"
+        last = json.loads(prev.read_text()).get("throughput") if prev.exists() else None
+        stats = _final_stats(cfg, all_shards, {"throughput": last} if last else None)
     print(format_annotation_table(stats))
     fails = read_failures(out)
     n_inc = sum(1 for s in all_shards if not shard_paths(out, s).done())

@@ -50,6 +50,15 @@ def _assert_same_corpus(ref: Path, out: Path) -> None:
     assert not list((out / "pending").rglob("*.parquet")) and not list((out / "failures").rglob("*.parquet"))
 
 
+def _assert_tokens_as_sent(vlm: dict, sent: list) -> None:
+    """Token totals over the passes equal the sums of the usage the server sent with its answers."""
+    per = vlm["per_pass"].values()
+    assert sent and sum(d["answers_with_tokens"] for d in per) == len(sent)
+    assert sum(d["prompt_tokens"] or 0 for d in per) == sum(p for _, _, p, _ in sent)
+    assert sum(d["completion_tokens"] or 0 for d in per) == sum(c for *_, c in sent)
+    assert all(d["latency_ms"]["p50"] and d["latency_ms"]["p99"] >= d["latency_ms"]["p50"] for d in per)
+
+
 def test_flaky_server_failures_are_listed_and_a_rerun_retries_exactly_them(ray_session, world_and_clean_run, tmp_path):
     inp, ref = world_and_clean_run
     with flaky_vlm(timeout_sleep_s=1.6) as srv:
@@ -71,6 +80,8 @@ def test_flaky_server_failures_are_listed_and_a_rerun_retries_exactly_them(ray_s
         assert sum(vlm["failed_calls"].values()) == len(fails) and vlm["calls"] >= 15
         saved = json.loads((out / "stats" / "annotation_stats.json").read_text())
         assert saved["vlm"] == vlm
+        _assert_tokens_as_sent(vlm, [u for u in srv.usage_sent if u[0] == 1])
+        _assert_tokens_as_sent(saved["throughput"]["vlm_this_run"], [u for u in srv.usage_sent if u[0] == 1])
 
         srv.phase, srv.hard = 2, False
         second = main(cfg)
@@ -80,13 +91,18 @@ def test_flaky_server_failures_are_listed_and_a_rerun_retries_exactly_them(ray_s
         assert again == failed_keys  # the failed calls were retried, no call that had succeeded was repeated
         assert second.stats["vlm"]["outstanding_failures"] == {}
         assert sum(second.stats["vlm"]["failed_calls"].values()) == len(fails)  # the history stays counted
+        _assert_tokens_as_sent(second.stats["vlm"], srv.usage_sent)  # over both runs
+        _assert_tokens_as_sent(second.stats["throughput"]["vlm_this_run"], [u for u in srv.usage_sent if u[0] == 2])
+        tp = second.stats["throughput"]
+        assert tp["images"] == len({f["image_id"] for f in fails}) and tp["images_per_s"] > 0
+        assert tp["gpus_held"] == 0 and tp["gpu_s_per_image"] is None  # a CPU run holds no GPU
         assert not srv.overflow
     _assert_same_corpus(ref, Path(cfg.out_dir))
 
 
 def test_a_vlm_that_goes_down_stops_the_run_with_its_work_on_disk(ray_session, world_and_clean_run, tmp_path):
     inp, ref = world_and_clean_run
-    with flaky_vlm(mode="clean", dead_after=30) as srv:  # 2.5 shards of 4 images x 3 passes, then 503 forever
+    with flaky_vlm(mode="clean", dead_after=18) as srv:  # 1.5 shards of 4 images x 3 passes, then 503 forever (many calls left)
         cfg = _cfg(inp, tmp_path / "down", srv.url, max_consecutive_failures=3)
         with pytest.raises(AnnotationStopped, match="3 VLM calls failed in a row.*http_503.*rerun the same command"):
             main(cfg)
