@@ -71,21 +71,21 @@ def app(ray_session, tmp_path_factory):
 
 
 def _pids() -> dict[str, int]:
-    """PIDs of this app's ingress and relation replicas, from their process titles
-    ('ray::ServeReplica:sec:Ingress...'; the state API needs the dashboard, which is off here)."""
+    """PIDs of this app's live ingress and relation replicas, from this Ray instance's actor table
+    (Serve names them 'SERVE_REPLICA::sec#Ingress#...'; the state API needs the dashboard, which
+    is off here, and process titles would also match a run of this test in another Ray instance)."""
+    from ray._private.state import actors
+
     out: dict[str, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            title = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
-        except OSError:
+    for info in actors().values():
+        if info["State"] != "ALIVE":
             continue
         for key in ("Ingress", "RelationModel"):
-            if title.startswith(f"ray::ServeReplica:sec:{key}"):
-                assert key not in out, f"two {key} replicas: {out[key]} and {entry}"
-                out[key] = int(entry)
+            if info["Name"].startswith(f"SERVE_REPLICA::sec#{key}#"):
+                assert key not in out, f"two {key} replicas: {out[key]} and {info['Pid']}"
+                out[key] = int(info["Pid"])
     assert set(out) == {"Ingress", "RelationModel"}, out
+    assert all(os.path.exists(f"/proc/{pid}") for pid in out.values()), out
     return out
 
 
