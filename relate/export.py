@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["export_onnx", "onnx_session", "run_onnx", "default_onnx_path", "check_onnx_matches", "ONNX_NAME",
+__all__ = ["export_onnx", "export_model", "onnx_session", "run_onnx", "default_onnx_path", "check_onnx_matches", "ONNX_NAME",
            "INPUTS", "OUTPUTS", "ExportError", "parity_check"]
 
 ONNX_NAME = "relation.onnx"
@@ -84,8 +84,16 @@ def export_onnx(checkpoint: str | Path, out: str | Path | None = None, opset: in
         raise ExportError(f"{checkpoint}: export needs a local checkpoint folder")
     ck = load_checkpoint(checkpoint, map_location="cpu")
     out = Path(out) if out is not None else default_onnx_path(checkpoint)
-    wrapper = _Forward(ck.model.eval()).eval()
-    args = _example_inputs(ck.model)
+    return export_model(ck.model, out, _weights_sha256(checkpoint), opset=opset, verbose=verbose)
+
+
+def export_model(model: nn.Module, out: str | Path, weights_sha256: str = "", opset: int = 18,
+                 verbose: bool = False) -> Path:
+    """Write ``model``'s forward (a ``RelationModel``) as ONNX to ``out``; ``weights_sha256`` is recorded
+    as the metadata a checkpoint's graph is checked by."""
+    out = Path(out)
+    wrapper = _Forward(model.eval()).eval()
+    args = _example_inputs(model)
     b, n, v = torch.export.Dim("B", min=1, max=64), torch.export.Dim("N", min=2, max=512), \
         torch.export.Dim("V", min=1, max=200_000)
     with torch.no_grad():
@@ -94,9 +102,9 @@ def export_onnx(checkpoint: str | Path, out: str | Path | None = None, opset: in
             output_names=list(OUTPUTS), external_data=False,
             dynamic_shapes={"images": {0: b}, "boxes": {0: b, 1: n}, "box_valid": {0: b, 1: n}, "bank": {0: v}})
     program.model.metadata_props.update({
-        "relate.weights_sha256": _weights_sha256(checkpoint),
-        "relate.img_size": str(ck.model.preprocessing.img_size),
-        "relate.text_dim": str(ck.model.cfg.text_dim),
+        "relate.weights_sha256": weights_sha256,
+        "relate.img_size": str(model.preprocessing.img_size),
+        "relate.text_dim": str(model.cfg.text_dim),
         "relate.inputs": json.dumps(INPUTS), "relate.outputs": json.dumps(OUTPUTS)})
     out.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(out))

@@ -1,0 +1,134 @@
+"""The relation forward on CPU against the machine's own fp32 GEMM rate, per runtime.
+
+The released architecture (DINOv3 ViT-S/16+ at 448, random weights), batch 1, 20 boxes, 128
+scored pairs, a 50-string vocabulary: the inputs of ``benchmarks.relation_latency``. Figures, all
+from one run:
+
+* ``gemm_gflops``: fp32 matrix product rate of this machine now (torch ``mm``, 2048 x 2048, all
+  threads), the ceiling the forward is compared with;
+* ``forward_gflop``: the forward's floating-point operations (``torch.utils.flop_counter``,
+  2 per multiply-add; matrix products, convolutions and attention);
+* per runtime (``torch_eager``: what ``relate.api`` runs, vocabulary product prepacked;
+  ``onnxruntime``: the graph ``relate export`` writes, all optimisations on): ``<rt>_ms`` (best
+  of the repeats) and ``<rt>_fraction_of_peak`` = forward_gflop / time / gemm_gflops;
+* ``best_over_eager``: eager time over the fastest runtime's time (> 1: faster than eager);
+* ``onnx_max_abs_diff``: largest |score| difference (Eq. 6, every pair x predicate) between
+  onnxruntime and torch on the benchmark input, with the same pairs kept.
+
+The exported graph of these random weights is cached under ``$RELATE_BENCH_CACHE`` (default
+``~/.cache/relate/bench``), keyed by torch version and config: the first run also exports (a few
+minutes on 2 cores), later runs (and ``--quick``) reuse it.
+
+    python -m benchmarks.relation_cpu [--quick] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks._common import best_of, run_benchmark
+from benchmarks.relation_latency import N_BOXES, N_PAIRS, _bank, _inputs
+
+GEMM_N = 2048
+
+
+def gemm_gflops(repeats: int) -> float:
+    """Measured fp32 GEMM rate (GFLOP/s) of torch.mm on square matrices, best of ``repeats``."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(GEMM_N, GEMM_N, generator=g), torch.randn(GEMM_N, GEMM_N, generator=g)
+    out = torch.empty(GEMM_N, GEMM_N)
+    torch.mm(a, b, out=out)
+    t = best_of(lambda: torch.mm(a, b, out=out), repeats)
+    return 2 * GEMM_N ** 3 / t / 1e9
+
+
+def forward_flops(run) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc:
+        run()
+    return int(fc.get_total_flops())
+
+
+def _onnx_file(model, cfg) -> Path:
+    from relate.export import export_model
+
+    key = hashlib.sha256(f"{torch.__version__}|{cfg.model_dump_json()}|seed0|v1".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("RELATE_BENCH_CACHE", Path.home() / ".cache" / "relate" / "bench"))
+    path = cache / f"relation_cpu_{key}.onnx"
+    if not path.is_file():
+        tmp = path.with_suffix(".tmp.onnx")
+        export_model(model, tmp, "benchmark-random-weights")
+        tmp.replace(path)
+    return path
+
+
+def measure(quick: bool) -> dict[str, float]:
+    from relate.export import onnx_session, run_onnx
+    from relate.model import RelationModelConfig, create_relation_model
+    from relate.model.score import relation_score
+
+    threads = max(1, os.cpu_count() or 1)
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    cfg = RelationModelConfig()
+    cfg.sampler.learned_keep = N_PAIRS
+    model = create_relation_model(cfg).eval()
+    images, boxes, valid = _inputs(cfg)
+    bank = _bank(50, cfg.text_dim, 1)
+    repeats = 3 if quick else 10
+    figures: dict[str, float] = {}
+    with torch.inference_mode():
+        scoring = model.head.scoring_matrix(bank)
+        eager = lambda: model(images, boxes, valid, bank, scoring=scoring)  # noqa: E731
+        ref = eager()
+        assert int(ref.sampled.valid.sum()) == N_PAIRS, "benchmark must score exactly 128 pairs"
+        flops = forward_flops(eager)
+        path = _onnx_file(model, cfg)
+        sess = onnx_session(path, threads=threads)
+        bank_np = bank.numpy()
+        ort = lambda: run_onnx(sess, images, boxes, valid, bank_np)  # noqa: E731
+        got = ort()
+        runs = {"torch_eager": eager, "onnxruntime": ort}
+        for fn in runs.values():  # warm-up
+            fn()
+        gemm = gemm_gflops(3 if quick else 10)
+        best = {name: float("inf") for name in runs}
+        for _ in range(repeats):  # interleaved, so load changes on a shared machine hit every arm alike
+            for name, fn in runs.items():
+                best[name] = min(best[name], best_of(fn, 1))
+        gemm = max(gemm, gemm_gflops(3 if quick else 10))  # the ceiling measured around the forwards
+    ok = ref.sampled.valid[0].numpy()
+    same_pairs = bool((ref.pairs[0].numpy()[ok] == got[0][0][got[1][0]]).all())
+    w = cfg.pair_weight
+    s_ref = relation_score(ref.scores.logits[0].numpy()[ok], ref.l_pair[0].numpy()[ok], w)
+    s_ort = relation_score(got[2][0][got[1][0]], got[3][0][got[1][0]], w)
+    figures["gemm_gflops"] = round(gemm, 1)
+    figures["forward_gflop"] = round(flops / 1e9, 2)
+    for name, t in best.items():
+        figures[f"{name}_ms"] = round(1000 * t, 1)
+        figures[f"{name}_gflops"] = round(flops / t / 1e9, 1)
+        figures[f"{name}_fraction_of_peak"] = round(flops / t / 1e9 / gemm, 3)
+    fastest = min(best, key=best.get)
+    figures["best_runtime"] = fastest
+    figures["best_fraction_of_peak"] = figures[f"{fastest}_fraction_of_peak"]
+    figures["best_over_eager"] = round(best["torch_eager"] / best[fastest], 3)
+    figures["onnx_max_abs_diff"] = float(np.abs(s_ref - s_ort).max()) if same_pairs else float("inf")
+    figures.update({"n_boxes": N_BOXES, "n_pairs": N_PAIRS, "image_side": cfg.backbone.img_size, "threads": threads})
+    import onnxruntime
+
+    figures["onnxruntime_version"] = onnxruntime.__version__
+    return figures
+
+
+def main(argv=None) -> dict:
+    return run_benchmark("relation_cpu", measure, argv)
+
+
+if __name__ == "__main__":
+    main()
