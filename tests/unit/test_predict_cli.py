@@ -195,3 +195,24 @@ def test_inputs_vocabulary_and_ambiguous_names(tmp_path):
     assert read_vocabulary(" on, next to ,,", None) == ["on", "next to"]
     with pytest.raises(UsageError, match="repeats"):
         read_vocabulary("on,on", None)
+
+
+def test_boxes_from_a_named_detector(world, tmp_path):
+    """--detector: a local OWLv2 folder (random weights, offline) finds the regions; the JSON lists
+    them with their scores and query labels, as /v1/graph does, and the triplets index them."""
+    from serve_apps.tiny import save_tiny_owlv2
+
+    root, ck = world
+    det = save_tiny_owlv2(tmp_path / "owl")
+    res = _run(str(root / "images" / "web.webp"), "--checkpoint", str(ck), "--detector", str(det),
+               "--queries", "person,cup", "--detector-threshold", "0", "--max-boxes", "4",
+               "--out", str(tmp_path / "o"), "--no-png")
+    assert res.returncode == 0, res.stderr[-2000:]
+    body = json.loads((tmp_path / "o" / "web.json").read_text())
+    regions = body["regions"]
+    assert 2 <= len(regions) <= 4
+    assert {r["label"] for r in regions} <= {"person", "cup"}
+    assert all(0 <= r["x1"] < r["x2"] <= W and 0 <= r["y1"] < r["y2"] <= H for r in regions)
+    assert [r["score"] for r in regions] == sorted((r["score"] for r in regions), reverse=True)
+    assert body["triplets"] and all(max(t["subject"], t["object"]) < len(regions) for t in body["triplets"])
+    assert body["bank"] == "default" and body["vocabulary_size"] == 4
