@@ -7,7 +7,7 @@ starts. Resource settings live next to the model they size (``deployment`` in ea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
@@ -151,6 +151,10 @@ class RelationSettings(StrictConfig):
     batch_wait_timeout_s: float = Field(0.01, ge=0, description="serve.batch: wait for a batch to fill")
     default_topk: int = Field(50, ge=1, description="triplets returned when the request gives no top-k")
     device: str = Field("cpu", description="torch device")
+    runtime: Literal["torch", "onnxruntime"] = Field("torch", description="forward runtime; 'onnxruntime' runs the "
+                                                     "graph 'relate export --format onnx' wrote (boxes only)")
+    onnx_path: str | None = Field(None, description="exported graph for runtime onnxruntime (default: "
+                                                    "<checkpoint>/relation.onnx)")
     torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads in the replica (Ray sets "
                                                              "OMP threads from num_cpus, which is too few for fractions)")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="replicas and resources")
@@ -159,6 +163,8 @@ class RelationSettings(StrictConfig):
     def _source(self) -> "RelationSettings":
         if (self.checkpoint is None) == (self.random is None):
             raise ValueError("relation needs exactly one of 'checkpoint' (a trained folder) or 'random' (smoke runs)")
+        if self.runtime != "torch" and self.checkpoint is None:
+            raise ValueError(f"runtime {self.runtime!r} needs a checkpoint exported with relate export")
         if "default" in self.banks:
             raise ValueError("bank name 'default' is reserved for the checkpoint's own vocabulary")
         return self

@@ -32,7 +32,8 @@ def load_predictor(settings: RelationSettings):
     from relate.api import RelationPredictor, load_model
 
     if settings.checkpoint is not None:
-        return load_model(settings.checkpoint, device=settings.device, batch_size=settings.max_batch_size)
+        return load_model(settings.checkpoint, device=settings.device, batch_size=settings.max_batch_size,
+                          runtime=settings.runtime, onnx_path=settings.onnx_path)
     import torch
 
     from relate.data.lexicon import all_surface_forms

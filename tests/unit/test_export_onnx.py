@@ -108,3 +108,21 @@ def test_relate_predict_with_the_onnxruntime_runtime(exported):
     np.testing.assert_allclose([t["score"] for t in got], [t["score"] for t in want], atol=1e-4)
     assert {(t["subject"], t["object"], t["predicate"]) for t in got[:3]} == \
            {(t["subject"], t["object"], t["predicate"]) for t in want[:3]}
+
+
+def test_serve_deployment_runtime_setting(exported):
+    """runtime: onnxruntime in the relation deployment's settings answers as the torch replica does."""
+    from serve_apps.config import RelationSettings
+    from serve_apps.deployments.relation import RelationModelDeployment
+
+    _, ck = exported
+    cls = RelationModelDeployment.func_or_class
+    dep = {rt: cls({"checkpoint": str(ck), "runtime": rt}) for rt in ("torch", "onnxruntime")}
+    assert dep["onnxruntime"].predictor._session is not None and dep["torch"].predictor._session is None
+    img, bx = _scene(np.random.default_rng(3), 4)
+    req = {"image": img, "regions": bx, "vocabulary": ["on", "beside"], "bank": None, "topk": 10, "threshold": None}
+    a, b = (dep[rt]._score_many([dict(req)])[0] for rt in ("torch", "onnxruntime"))
+    assert a["bank"] == b["bank"] and len(a["triplets"]) == len(b["triplets"]) == 10
+    np.testing.assert_allclose([t["score"] for t in a["triplets"]], [t["score"] for t in b["triplets"]], atol=1e-4)
+    with pytest.raises(ValueError, match="needs a checkpoint"):
+        RelationSettings.model_validate({"random": {}, "runtime": "onnxruntime"})
