@@ -313,7 +313,8 @@ def _run_vllm(cfg: JudgeJobConfig, args: list[tuple]) -> list[dict]:
     """Offline GPU path: render shards as CPU tasks, answer every call in one ray.data.llm pass, write shards."""
     import ray
 
-    from actors.vlm.vllm_data import TEXT_COLUMN, build_vllm_processor
+    from actors.vlm.vllm_data import ERROR_COLUMN, TEXT_COLUMN, build_vllm_processor, vllm_outcomes
+    from relate.prompts import load_prompt
 
     if not args:
         return []
@@ -323,10 +324,21 @@ def _run_vllm(cfg: JudgeJobConfig, args: list[tuple]) -> list[dict]:
     rendered = gather(ray, refs, Progress(name, "shards rendered", len(refs)))
     items = [{"call_id": r["record"]["call_id"], "prompt": r["prompt"], "image_png": r["image_png"]}
              for rs in rendered for r in rs]
-    processor = build_vllm_processor(cfg.judge.vllm, cfg.resources if cfg.resources.num_gpus else None)
-    answers = {row["call_id"]: row[TEXT_COLUMN] for row in processor(ray.data.from_items(items)).take_all()}
-    # a call the engine dropped reads as an empty, unparseable answer rather than vanishing from the audit
-    return [write_shard(name, rs, [answers.get(r["record"]["call_id"], "") for r in rs], path)
+    processor = build_vllm_processor(cfg.judge.vllm, cfg.resources if cfg.resources.num_gpus else None,
+                                     load_prompt("system_judge").text, cfg.resources.num_cpus)
+    keep = ("call_id", TEXT_COLUMN, ERROR_COLUMN)
+
+    def outcomes(batch: pa.Table) -> pa.Table:  # engine errors -> recorded failures, one layout for all rows
+        return pa.Table.from_pylist([{k: r[k] for k in keep} for r in vllm_outcomes(batch)],
+                                    schema=pa.schema([(k, pa.string()) for k in keep]))
+
+    rows = processor(ray.data.from_items(items)).map_batches(outcomes, batch_format="pyarrow").take_all()
+    answers = {row["call_id"]: row[TEXT_COLUMN] for row in rows}  # None: the engine failed on the call
+    failed = sum(row[ERROR_COLUMN] is not None for row in rows)
+    if failed:
+        print(f"[{name}] the vLLM engine failed on {failed} of {len(rows)} calls; they are written with no "
+              f"answer (raw_answer and verdict null). First: {next(r[ERROR_COLUMN] for r in rows if r[ERROR_COLUMN])}")
+    return [write_shard(name, rs, [answers.get(r["record"]["call_id"]) for r in rs], path)
             for (_, name, _, _, path), rs in zip(args, rendered)]
 
 

@@ -151,10 +151,12 @@ def build_annotation(ds, cfg: AnnotateConfig):
     gen = cfg.generate
     if cfg.vlm.backend == "vllm":
         from actors.vlm.vllm_data import build_vllm_processor
+        from relate.prompts import load_prompt
 
         for pass_name in VLM_PASSES:
             ds = ds.map_batches(PromptStage(pass_name, cfg.id_base, cfg.prompt_dir), **cpu)
-            ds = build_vllm_processor(cfg.vlm.vllm, gen.resources)(ds)
+            ds = build_vllm_processor(cfg.vlm.vllm, gen.resources, load_prompt("system_annotate").text,
+                                      cfg.cpu_resources.num_cpus)(ds)
             ds = ds.map_batches(_outcomes_table, **cpu)  # engine errors -> recorded failures
             ds = ds.map_batches(ParseStage(pass_name, cfg.id_base, max_consecutive_failures=cfg.max_consecutive_failures),
                                 **cpu)

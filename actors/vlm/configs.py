@@ -110,7 +110,8 @@ class VLLMConfig(StrictConfig):
     batch_size: int = Field(16, ge=1, description="Rows per engine batch.")
     concurrency: int = Field(1, ge=1, description="Engine replicas (each takes its GPUs).")
     accelerator_type: str | None = Field(None, description="Ray accelerator type to pin engines to (e.g. H100).")
-    image_detail: Literal["png_bytes", "data_url"] = Field("data_url", description="How the marked image enters the chat message.")
+    system_prompt: str | None = Field(None, description="System message before each call; None: the job's own "
+                                                        "(relate/prompts/system_annotate.txt or system_judge.txt), '' sends none.")
     runtime_env: dict[str, Any] | None = Field(None, description="Ray runtime_env for the engine actors.")
 
 

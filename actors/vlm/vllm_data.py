@@ -1,30 +1,43 @@
 """vLLM on GPU clusters through ``ray.data.llm``: the engine is a Ray Data processor stage.
 
 We do not hand-roll engine actors, batching or chat templating: ``vLLMEngineProcessorConfig``
-plus ``build_processor`` provide them. This module only maps our config onto theirs and our
-rows (``prompt``, marked ``image_png``) onto OpenAI-style chat messages with the image as a
-data URL, which vLLM's multimodal stage decodes. ``vllm`` itself is imported by Ray's stages on
-the GPU workers; nothing here imports it, so the configuration can be built and tested anywhere.
+plus ``build_processor`` provide them. This module maps our config onto theirs and our rows
+(``prompt``, marked ``image_png``) onto what Ray's stages read: our preprocess (the prompt and
+image stage) writes chat ``messages`` (system turn, then an image placeholder and the prompt),
+the decoded image as ``multimodal_data={"image": [PIL.Image]}`` and ``sampling_params``; Ray's
+chat-template stage renders the messages with the model's own template (which writes the image
+token), its tokenize stage makes ``tokenized_prompt``, the engine stage hands prompt tokens and
+image to vLLM, and its detokenize stage writes ``generated_text``. vLLM's own prepare-multimodal
+stage is left off: it would decode the image inside vLLM's chat parser on the CPU workers, which
+needs vllm installed there; decoding in our stage keeps every stage but the engine free of vllm,
+so the whole processor except the engine runs (and is tested) on CPU. Engine errors stay per row
+(``should_continue_on_error``); :func:`vllm_outcomes` turns them into recorded failures.
 """
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from actors.vlm.configs import VLLMConfig
 from relate.placement import ResourcesConfig
 
 __all__ = ["engine_bundle", "build_vllm_processor_config", "build_vllm_processor", "vllm_preprocess",
-           "vllm_outcomes", "TEXT_COLUMN", "ERROR_COLUMN", "ATTEMPTS_COLUMN", "ENGINE_ERROR"]
+           "vllm_messages", "vllm_outcomes", "ENGINE_COLUMNS", "TEXT_COLUMN", "ERROR_COLUMN", "ATTEMPTS_COLUMN", "ENGINE_ERROR"]
 
 TEXT_COLUMN = "vlm_text"
 ERROR_COLUMN = "vlm_error"  # JSON {kind, message} of a failed call, null when the call answered
 ATTEMPTS_COLUMN = "vlm_attempts"  # requests made for the call (1 + retries)
 ENGINE_ERROR = "engine_error"
 _RAY_ERROR = "__inference_error__"  # ray.data.llm's per-row error column (should_continue_on_error)
-_ENGINE_COLUMNS = ("messages", "sampling_params", "prompt_token_ids", "generated_tokens", "generated_text",
-                   "multimodal_data", "image", "prompt", _RAY_ERROR)
+NOT_CALLED = "not called: no prompt"  # our mark for rows that skip the engine (see vllm_preprocess)
+# what our preprocess and Ray's stages add to a row (vLLMOutputData's fields and the engine UDF's
+# bookkeeping); dropped after the processor, on answered and failed rows alike
+ENGINE_COLUMNS = ("messages", "sampling_params", "multimodal_data", "multimodal_uuids", "mm_processor_kwargs",
+                  "tokenized_prompt", "tokenization_kwargs", "prompt_token_ids", "num_input_tokens",
+                  "generated_tokens", "generated_text", "num_generated_tokens", "embeddings", "metrics",
+                  "logprobs", "prompt_logprobs", "request_id", "batch_uuid", "time_taken_llm", "params",
+                  "prompt", _RAY_ERROR)
+_ENGINE_COLUMNS = ENGINE_COLUMNS
 
 
 def engine_bundle(res: ResourcesConfig) -> dict[str, float]:
@@ -38,13 +51,19 @@ def engine_bundle(res: ResourcesConfig) -> dict[str, float]:
     return {"CPU": res.num_cpus, "GPU": res.num_gpus, **res.resources}
 
 
-def build_vllm_processor_config(cfg: VLLMConfig, resources: ResourcesConfig | None = None) -> Any:
-    """The ``ray.data.llm.vLLMEngineProcessorConfig`` for ``cfg`` (multimodal stage enabled).
+def build_vllm_processor_config(cfg: VLLMConfig, resources: ResourcesConfig | None = None,
+                                cpu_stage_num_cpus: float | None = None) -> Any:
+    """The ``ray.data.llm.vLLMEngineProcessorConfig`` for ``cfg``: chat template, tokenize, engine and
+    detokenize stages, per-row errors kept; vLLM's prepare-multimodal stage off (our preprocess
+    decodes the image, see the module docstring).
 
     ``resources`` (per engine) sets the placement bundle and, unless ``cfg`` pins one already, the
     accelerator type; without it Ray's default applies (one whole GPU per engine, anywhere).
+    ``cpu_stage_num_cpus`` is the CPU share of each chat-template/tokenize/detokenize actor (Ray's
+    default is a whole CPU each; three passes make nine such actors).
     """
-    from ray.data.llm import PrepareMultimodalStageConfig, vLLMEngineProcessorConfig
+    from ray.data.llm import (ChatTemplateStageConfig, DetokenizeStageConfig, PrepareMultimodalStageConfig,
+                              TokenizerStageConfig, vLLMEngineProcessorConfig)
 
     accelerator = cfg.accelerator_type
     extra: dict[str, Any] = {}
@@ -61,22 +80,43 @@ def build_vllm_processor_config(cfg: VLLMConfig, resources: ResourcesConfig | No
         concurrency=cfg.concurrency,
         accelerator_type=accelerator,
         runtime_env=cfg.runtime_env,
-        prepare_multimodal_stage=PrepareMultimodalStageConfig(enabled=True),
-        chat_template_stage=True,
-        tokenize_stage=True,
-        detokenize_stage=True,
+        prepare_multimodal_stage=PrepareMultimodalStageConfig(enabled=False),
+        chat_template_stage=ChatTemplateStageConfig(num_cpus=cpu_stage_num_cpus),
+        tokenize_stage=TokenizerStageConfig(num_cpus=cpu_stage_num_cpus),
+        detokenize_stage=DetokenizeStageConfig(num_cpus=cpu_stage_num_cpus),
         should_continue_on_error=True,  # a failed row keeps its error (vllm_outcomes records it), the job goes on
         **extra,
     )
 
 
-def vllm_preprocess(row: dict, cfg: VLLMConfig) -> dict:
-    """Row with ``prompt`` and ``image_png`` -> the same row plus chat ``messages`` and sampling."""
-    url = "data:image/png;base64," + base64.b64encode(row["image_png"]).decode("ascii")
+def _decode_rgb(png: bytes) -> Any:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as im:
+        return im.convert("RGB")  # decoded now: a bad image fails this row here, not inside the engine
+
+
+def vllm_messages(prompt: str, system_prompt: str | None) -> list[dict]:
+    """Chat messages in the layout Hugging Face chat templates read for VLMs: an optional system turn,
+    then one user turn holding an ``{"type": "image"}`` placeholder (the template writes the model's
+    image token there) and the prompt text. Content is always a list of parts, which every VLM
+    template accepts (some iterate over it and would drop a plain-string system message)."""
+    messages = [{"role": "system", "content": [{"type": "text", "text": system_prompt}]}] if system_prompt else []
+    return messages + [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+
+
+def vllm_preprocess(row: dict, cfg: VLLMConfig, system_prompt: str | None = None) -> dict:
+    """Our prompt and image stage: a row with ``prompt`` and the marked ``image_png`` gains chat
+    ``messages`` (rendered by Ray's chat-template stage), ``multimodal_data`` (the decoded image, as
+    vLLM's engine takes it: ``{"image": [PIL.Image]}``) and ``sampling_params``."""
+    if not row.get("prompt"):  # not a call (a failed or rejected image, a pass that does not apply):
+        return {_RAY_ERROR: NOT_CALLED}  # Ray's stages pass rows carrying an error by; no engine work
     s = cfg.sampling
     return dict(row,
-                messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                                       {"type": "text", "text": row["prompt"]}]}],
+                messages=vllm_messages(row["prompt"], system_prompt),
+                multimodal_data={"image": [_decode_rgb(row["image_png"])]},
                 sampling_params=dict(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens))
 
 
@@ -98,7 +138,8 @@ def _postprocess(row: dict) -> dict:
 def vllm_outcomes(batch: Any) -> Any:
     """After the processor: a row the engine failed on (ray.data.llm bypasses our postprocess for
     it and returns its raw data with ``__inference_error__``) becomes a recorded engine failure
-    (``vlm_error``), every other row an answer; engine columns are dropped either way."""
+    (``vlm_error``), a row without a prompt a call not made (no text, no error, 0 attempts, as the
+    other backends leave it), every other row an answer; engine columns are dropped either way."""
     import json
 
     import pyarrow as pa
@@ -108,6 +149,10 @@ def vllm_outcomes(batch: Any) -> Any:
     for row in rows:
         err = str(row.get(_RAY_ERROR) or "")
         clean = {k: v for k, v in row.items() if k not in _ENGINE_COLUMNS or k == "prompt"}
+        if err == NOT_CALLED:
+            clean[TEXT_COLUMN], clean[ERROR_COLUMN], clean[ATTEMPTS_COLUMN] = None, None, 0
+            out.append(clean)
+            continue
         clean[TEXT_COLUMN] = None if err else str(row.get(TEXT_COLUMN) or row.get("generated_text") or "")
         clean[ERROR_COLUMN] = json.dumps({"kind": ENGINE_ERROR, "message": err[:500]}) if err else None
         clean[ATTEMPTS_COLUMN] = 1
@@ -115,10 +160,17 @@ def vllm_outcomes(batch: Any) -> Any:
     return out
 
 
-def build_vllm_processor(cfg: VLLMConfig, resources: ResourcesConfig | None = None) -> Any:
-    """An unstarted ``ray.data.llm`` Processor: ``processor(ds)`` adds the ``vlm_text`` column."""
+def build_vllm_processor(cfg: VLLMConfig, resources: ResourcesConfig | None = None,
+                         system_prompt: str | None = None, cpu_stage_num_cpus: float | None = None) -> Any:
+    """An unstarted ``ray.data.llm`` Processor over rows with ``prompt`` and ``image_png``.
+
+    ``system_prompt`` is the job's default system message; ``cfg.system_prompt`` overrides it
+    ('' sends none). Answered rows come out with ``vlm_text``, failed ones with Ray's
+    ``__inference_error__``: map :func:`vllm_outcomes` over the result to get one layout for both.
+    """
     from ray.data.llm import build_processor
 
-    return build_processor(build_vllm_processor_config(cfg, resources),
-                           preprocess=lambda row: vllm_preprocess(row, cfg),
+    system = system_prompt if cfg.system_prompt is None else cfg.system_prompt
+    return build_processor(build_vllm_processor_config(cfg, resources, cpu_stage_num_cpus),
+                           preprocess=lambda row: vllm_preprocess(row, cfg, system),
                            postprocess=_postprocess)

@@ -17,10 +17,14 @@ from relate.judge.synthetic_systems import write_synthetic_systems
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
+    return judge_world(tmp_path_factory.mktemp("judge_world"))
+
+
+def judge_world(root: Path):
+    """30 synthetic images (corpus in the project layout) and two synthetic systems' predictions."""
     from pipelines.synthetic import SceneStage
     from relate.data.synthetic import SyntheticConfig
 
-    root = tmp_path_factory.mktemp("judge_world")
     (root / "images").mkdir()
     cfg = SyntheticConfig(seed=1, min_size=64, max_size=80, min_objects=3, max_objects=5)
     table = SceneStage(cfg, str(root / "images"))({"id": np.arange(30)})
@@ -121,23 +125,3 @@ def test_tiny_transformers_vlm_end_to_end(ray_session, world, tmp_path):
     # random weights cannot pass the controls: the run is reported, A5 is not scored
     assert res["graph"]["certified"] is False and all(v is None for v in res["a5"].values())
     assert "uncertified" in (tmp_path / "run" / "table.md").read_text()
-
-
-@pytest.mark.slow
-def test_vllm_path_runs_rendered_calls_through_a_ray_data_processor(ray_session, world, tmp_path, monkeypatch):
-    """The offline GPU path with the engine faked (vLLM cannot run here): the processor is a Ray Data
-    map that answers yes to every row; rendering, the dataset round trip and the audit are real."""
-    import actors.vlm.vllm_data as vd
-
-    def fake_processor(cfg, resources=None):
-        assert cfg.model_source == "Qwen/Qwen3-VL-8B-Instruct"
-        return lambda ds: ds.map(lambda row: {"call_id": row["call_id"], vd.TEXT_COLUMN: 'ok {"answer": "yes"}'})
-
-    monkeypatch.setattr(vd, "build_vllm_processor", fake_processor)
-    cfg = _cfg(world, tmp_path / "run", max_images=2, relation={"depths": ["matched"], "matched_k": 3},
-               graph={"enabled": False}, a5_requires_certification=False,
-               judge={"backend": "vllm", "vllm": {"model_source": "Qwen/Qwen3-VL-8B-Instruct"}})
-    res = main(cfg)
-    audit = load_audit(cfg.out_dir).to_pylist()
-    assert len(audit) == res["calls"]["total"] > 0 and all(r["verdict"] == "yes" for r in audit)
-    assert res["relation"]["depths"]["matched"]["controls"]["corruption_acceptance"]["rate"] in (None, 1.0)

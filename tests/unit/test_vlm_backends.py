@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import pytest
 
@@ -78,15 +77,26 @@ def test_malformed_outputs_are_unusable_and_counted():
 
 
 def test_vllm_processor_config_builds_without_vllm():
+    import io
+
+    from PIL import Image
+
     assert importlib.util.find_spec("vllm") is None or True  # the point: nothing below imports it
     cfg = VLLMConfig(model_source="Qwen/Qwen2.5-VL-7B-Instruct", batch_size=8, concurrency=2,
                      engine_kwargs={"max_model_len": 4096, "tensor_parallel_size": 2})
-    pc = build_vllm_processor_config(cfg)
+    pc = build_vllm_processor_config(cfg, cpu_stage_num_cpus=0.25)
     assert type(pc).__name__ == "vLLMEngineProcessorConfig"
     assert pc.model_source == cfg.model_source and pc.batch_size == 8 and pc.concurrency == 2
-    assert pc.engine_kwargs["tensor_parallel_size"] == 2 and pc.prepare_multimodal_stage.enabled
-    row = vllm_preprocess({"image_png": b"\x89PNG", "prompt": "list relations", "image_id": "a"}, cfg)
-    content = row["messages"][0]["content"]
-    assert content[0]["image_url"]["url"].startswith("data:image/png;base64,") and content[1]["text"] == "list relations"
-    assert row["sampling_params"]["temperature"] == 0.0 and row["image_id"] == "a"
-    json.dumps(row["messages"])  # plain data, serialisable into Ray Data rows
+    assert pc.engine_kwargs["tensor_parallel_size"] == 2 and pc.should_continue_on_error
+    # vLLM's prepare-multimodal stage (needs vllm on the CPU workers) is off: our preprocess decodes
+    assert not pc.prepare_multimodal_stage.enabled and pc.chat_template_stage.num_cpus == 0.25
+    buf = io.BytesIO()
+    Image.new("RGB", (7, 5), (10, 20, 30)).save(buf, format="PNG")
+    row = vllm_preprocess({"image_png": buf.getvalue(), "prompt": "list relations", "image_id": "a"}, cfg, "be exact")
+    assert row["messages"] == [{"role": "system", "content": [{"type": "text", "text": "be exact"}]},
+                               {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "list relations"}]}]
+    (im,) = row["multimodal_data"]["image"]
+    assert im.mode == "RGB" and im.size == (7, 5) and im.getpixel((3, 2)) == (10, 20, 30)
+    assert row["sampling_params"] == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 1024} and row["image_id"] == "a"
+    assert vllm_preprocess({"image_png": None, "prompt": "", "image_id": "b"}, cfg)["__inference_error__"]
+    assert vllm_preprocess({"image_png": buf.getvalue(), "prompt": "p"}, cfg)["messages"][0]["role"] == "user"
