@@ -13,7 +13,8 @@ from one run:
   of the repeats) and ``<rt>_fraction_of_peak`` = forward_gflop / time / gemm_gflops;
 * ``best_over_eager``: eager time over the fastest runtime's time (> 1: faster than eager);
 * ``onnx_max_abs_diff``: largest |score| difference (Eq. 6, every pair x predicate) between
-  onnxruntime and torch on the benchmark input, with the same pairs kept.
+  onnxruntime and torch on the benchmark input, with the same pairs kept;
+* ``load_average_1m``: the machine's load at the end, since a shared machine's load changes the rest.
 
 The exported graph of these random weights is cached under ``$RELATE_BENCH_CACHE`` (default
 ``~/.cache/relate/bench``), keyed by torch version and config: the first run also exports (a few
@@ -119,7 +120,8 @@ def measure(quick: bool) -> dict[str, float]:
     figures["best_fraction_of_peak"] = figures[f"{fastest}_fraction_of_peak"]
     figures["best_over_eager"] = round(best["torch_eager"] / best[fastest], 3)
     figures["onnx_max_abs_diff"] = float(np.abs(s_ref - s_ort).max()) if same_pairs else float("inf")
-    figures.update({"n_boxes": N_BOXES, "n_pairs": N_PAIRS, "image_side": cfg.backbone.img_size, "threads": threads})
+    figures.update({"n_boxes": N_BOXES, "n_pairs": N_PAIRS, "image_side": cfg.backbone.img_size, "threads": threads,
+                    "load_average_1m": round(os.getloadavg()[0], 1)})  # how busy the machine was: read the rest with it
     import onnxruntime
 
     figures["onnxruntime_version"] = onnxruntime.__version__
