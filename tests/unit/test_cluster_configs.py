@@ -196,8 +196,6 @@ def test_shipped_job_configs_place_on_their_node_group_only():
     """The GPU jobs ask for resources by name from their config files; each fits (with the packing
     the config intends) on the node group meant for it, and nowhere else: not on the CPU head,
     not on the CPU group, not on the other GPU group."""
-    from relate.placement import slots_per_node
-
     requests = _shipped_requests()
     assert requests["train worker"][0].resources == {"trainer": 1} and requests["train worker"][0].num_gpus == 1
     assert requests["annotation engine"][0].resources.get("annotator", 0) > 0
