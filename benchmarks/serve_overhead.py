@@ -5,7 +5,7 @@ Figures:
   out, through the proxy, the ingress and the batched RelationModel deployment) over the p50 of
   ``RelationPredictor.predict`` in this process, batch 1, the released 448 px architecture
   (random weights, identical in both). Calls alternate between the two paths so machine load
-  drifts hit both alike. Target <= 1.15. ``handle_over_inproc_p50`` calls the RelationModel
+  drifts hit both alike. Goal <= 1.10. ``handle_over_inproc_p50`` calls the RelationModel
   deployment through a DeploymentHandle (no proxy, no ingress) and ``http_over_handle_p50`` is
   the share the HTTP path adds on top of it, which separates transport from replica compute.
 * ``batched_over_unbatched_throughput``: requests/s at concurrency 16 with ``serve.batch``
@@ -16,8 +16,14 @@ Figures:
   lightest real call (64 px, two boxes) so the check's share is not hidden; calls alternate.
   ``auth_extra_ms`` is the difference itself. Goal <= 1.02.
 
-Every app here is relation-only (``detector: null``, ``judge: null``): two deployments to start
-instead of four, which keeps ``--quick`` under a minute on 2 cores.
+Every app here is relation-only (``detector: null``, ``judge: null``). The full run starts four
+apps, each with its own RelationModel replica: ``overhead`` (released model), ``batched``,
+``unbatched`` and ``token`` (small model). ``--quick`` reports ``http_over_inproc_p50`` and
+``auth_overhead_p50`` (not the batching figure) and starts less: ``overhead``, ``batched`` and
+``token`` as a second ingress (the same IngressDeployment code, token middleware and ``/v1``
+dependency, configured with the token) in front of ``batched``'s RelationModel replica. So the
+auth pair differs only in the ingress's token check, and two replica processes import torch
+and timm instead of four. The http-overhead part runs fewer rounds (3) without the handle path.
 
 ``python -m benchmarks.serve_overhead [--quick] [--out FILE]``
 """
@@ -61,18 +67,35 @@ def _free_port() -> int:
 TOKEN = "benchmark-token-0123456789abcdef"
 
 
-def _app(ckpt: Path, port: int, max_batch: int, threads: int, token: str | None = None):
-    from serve_apps.app import build_app
-
+def _config(ckpt: Path, port: int, max_batch: int, threads: int, token: str | None = None) -> dict:
     # No drain on delete: nothing is in flight when an app is deleted here, and the default
     # graceful wait cost 3 s per app.
     fast = {"graceful_shutdown_timeout_s": 0}
-    return build_app({"http": {"port": port}, "security": {"bearer_token": token},
-                      "relation": {"checkpoint": str(ckpt), "max_batch_size": max_batch, "torch_threads": threads,
-                                   "deployment": {"num_cpus": 0.4, "max_ongoing_requests": 32,
-                                                  "max_queued_requests": 64, **fast}},
-                      "detector": None, "judge": None,
-                      "ingress": {"num_cpus": 0.1, "max_ongoing_requests": 128, **fast}})
+    return {"http": {"port": port}, "security": {"bearer_token": token},
+            "relation": {"checkpoint": str(ckpt), "max_batch_size": max_batch, "torch_threads": threads,
+                         "deployment": {"num_cpus": 0.4, "max_ongoing_requests": 32, "max_queued_requests": 64,
+                                        **fast}},
+            "detector": None, "judge": None,
+            "ingress": {"num_cpus": 0.1, "max_ongoing_requests": 128, **fast}}
+
+
+def _app(ckpt: Path, port: int, max_batch: int, threads: int, token: str | None = None):
+    from serve_apps.app import build_app
+
+    return build_app(_config(ckpt, port, max_batch, threads, token))
+
+
+def _guarded_ingress(ckpt: Path, port: int, threads: int, shared_app: str):
+    """The app's ingress, configured with the bearer token, in front of ``shared_app``'s
+    RelationModel replica (no replica of its own)."""
+    from ray import serve
+
+    from serve_apps.app import IngressDeployment
+    from serve_apps.config import ServeAppConfig
+
+    cfg = ServeAppConfig.model_validate(_config(ckpt, port, 8, threads, TOKEN))
+    relation = serve.get_deployment_handle("RelationModel", app_name=shared_app, _check_exists=False)
+    return IngressDeployment.options(**cfg.ingress.serve_options()).bind(cfg, relation, None, None)
 
 
 # The small-model apps: "token" is "batched" with a bearer token configured (the auth pair).
@@ -90,25 +113,31 @@ def _checkpoints(tmp: Path) -> tuple[Path, Path, int]:
     return released, save_tiny_checkpoint(tmp / "small", VOCAB, model=SMALL_MODEL), torch.get_num_threads()
 
 
-def _start(ckpts: tuple[Path, Path, int], port: int):
-    """Start every app at once: replicas load in parallel (each app is two deployments, so eight
-    processes in all) and idle ones take no CPU from the one being measured. Returns the released
-    model loaded in this process (the in-process baseline)."""
+def _start(ckpts: tuple[Path, Path, int], port: int, quick: bool):
+    """Start every app at once: replicas load in parallel and idle ones take no CPU from the one
+    being measured (full: four apps of two deployments each, eight processes; quick: five
+    processes, see the module docstring). Returns the released model loaded in this process
+    (the in-process baseline)."""
     from ray import serve
 
     from relate.api import load_model
 
     released, small, threads = ckpts
     targets = [serve.RunTarget(_app(released, port, 8, threads), name="overhead", route_prefix="/overhead")]
-    targets += [serve.RunTarget(_app(small, port, mb, threads, tok), name=name, route_prefix=f"/{name}")
-                for name, mb, tok in APPS]
+    if quick:
+        targets += [serve.RunTarget(_app(small, port, 8, threads), name="batched", route_prefix="/batched"),
+                    serve.RunTarget(_guarded_ingress(small, port, threads, "batched"), name="token",
+                                    route_prefix="/token")]
+    else:
+        targets += [serve.RunTarget(_app(small, port, mb, threads, tok), name=name, route_prefix=f"/{name}")
+                    for name, mb, tok in APPS]
     with ThreadPoolExecutor(1) as pool:  # the in-process baseline loads while the replicas start
         predictor = pool.submit(load_model, released)
         serve.run_many(targets)
         return predictor.result()
 
 
-def _overhead(predictor, port: int, n: int) -> dict[str, float]:
+def _overhead(predictor, port: int, n: int, with_handle: bool = True) -> dict[str, float]:
     import httpx
     from ray import serve
 
@@ -125,17 +154,22 @@ def _overhead(predictor, port: int, n: int) -> dict[str, float]:
             t1 = time.perf_counter()
             r = c.post("/v1/relations", json=body)
             t2 = time.perf_counter()
-            handle.relations.remote(req).result()  # the model replica alone, no HTTP or ingress
+            if with_handle:
+                handle.relations.remote(req).result()  # the model replica alone, no HTTP or ingress
             t3 = time.perf_counter()
             r.raise_for_status()
             if i:
                 inproc.append(t1 - t0)
                 http.append(t2 - t1)
                 direct.append(t3 - t2)
-    p_in, p_http, p_h = statistics.median(inproc), statistics.median(http), statistics.median(direct)
-    return {"http_over_inproc_p50": round(p_http / p_in, 4), "handle_over_inproc_p50": round(p_h / p_in, 4),
-            "http_over_handle_p50": round(p_http / p_h, 4), "inproc_p50_ms": round(p_in * 1e3, 1),
-            "http_p50_ms": round(p_http * 1e3, 1), "handle_p50_ms": round(p_h * 1e3, 1)}
+    p_in, p_http = statistics.median(inproc), statistics.median(http)
+    out = {"http_over_inproc_p50": round(p_http / p_in, 4), "inproc_p50_ms": round(p_in * 1e3, 1),
+           "http_p50_ms": round(p_http * 1e3, 1)}
+    if with_handle:
+        p_h = statistics.median(direct)
+        out.update({"handle_over_inproc_p50": round(p_h / p_in, 4), "http_over_handle_p50": round(p_http / p_h, 4),
+                    "handle_p50_ms": round(p_h * 1e3, 1)})
+    return out
 
 
 def _png(arr: np.ndarray) -> bytes:
@@ -161,14 +195,20 @@ async def _throughput(url: str, body: dict, n: int, concurrency: int, headers: d
         return n / (time.perf_counter() - t0)
 
 
-def _small_apps(port: int, n: int, rounds: int) -> dict[str, float]:
-    import httpx
-
+def _batching(port: int, n: int) -> dict[str, float]:
     image, boxes = _scene()
     body = {"image": base64.b64encode(_png(image)).decode(), "boxes": boxes, "topk": 50}
-    auth = {"Authorization": f"Bearer {TOKEN}"}
     out = {name: asyncio.run(_throughput(f"http://127.0.0.1:{port}/{name}", body, n, 16))
            for name in ("batched", "unbatched")}
+    return {"batched_over_unbatched_throughput": round(out["batched"] / out["unbatched"], 4),
+            "batched_rps": round(out["batched"], 2), "unbatched_rps": round(out["unbatched"], 2)}
+
+
+def _auth(port: int, rounds: int) -> dict[str, float]:
+    import httpx
+
+    image, _ = _scene()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
     # the auth pair uses the lightest real call (a 64 px image, two boxes): the shorter the request,
     # the larger the token check's share of it
     light = {"image": base64.b64encode(_png(image[:64, :64])).decode(), "topk": 5,
@@ -186,9 +226,7 @@ def _small_apps(port: int, n: int, rounds: int) -> dict[str, float]:
                 base.append(t1 - t0)
                 guarded.append(t2 - t1)
     p_base, p_tok = statistics.median(base), statistics.median(guarded)
-    return {"batched_over_unbatched_throughput": round(out["batched"] / out["unbatched"], 4),
-            "batched_rps": round(out["batched"], 2), "unbatched_rps": round(out["unbatched"], 2),
-            "auth_overhead_p50": round(p_tok / p_base, 4), "auth_p50_ms": round(p_tok * 1e3, 2),
+    return {"auth_overhead_p50": round(p_tok / p_base, 4), "auth_p50_ms": round(p_tok * 1e3, 2),
             "no_auth_p50_ms": round(p_base * 1e3, 2), "auth_extra_ms": round((p_tok - p_base) * 1e3, 2)}
 
 
@@ -215,12 +253,15 @@ def measure(quick: bool) -> dict[str, float]:
             port = _free_port()
             serve.start(http_options={"host": "127.0.0.1", "port": port})
             phase("ray and serve start")
-            predictor = _start(ckpts.result(), port)
+            predictor = _start(ckpts.result(), port, quick)
             phase("apps start")
-            figures = _overhead(predictor, port, 2 if quick else 20)
+            figures = _overhead(predictor, port, 3 if quick else 20, with_handle=not quick)
             phase("http overhead")
-            figures.update(_small_apps(port, 48 if quick else 320, 60 if quick else 300))
-            phase("batching and auth")
+            if not quick:
+                figures.update(_batching(port, 320))
+                phase("batching")
+            figures.update(_auth(port, 60 if quick else 300))
+            phase("auth")
         finally:
             ray.shutdown()  # takes Serve with it
     return figures
