@@ -173,7 +173,7 @@ def _p_cond(cfg: DataConfig, train: pa.Table, strings: list[str], emb: np.ndarra
     if cfg.cooccurrence == "off":
         return p_cond
     if cfg.cooccurrence == "estimate":
-        est = CooccurrenceConfig()
+        est = CooccurrenceConfig.model_construct()  # its defaults (neighbours, cap); its paths are not used here
         digest = hashlib.sha256(f"{relations_checksum(train)}|{cfg.text_encoder}|{est.neighbours}|{est.cap}|"
                                 f"{chr(10).join(strings)}".encode()).hexdigest()[:20]
         path = Path(cfg.cache_dir).expanduser() / f"cooccurrence-{digest}.npz"

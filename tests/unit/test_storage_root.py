@@ -151,3 +151,22 @@ def test_submit_helper_validates_as_the_job_will(plain, monkeypatch):
     assert spec["env_vars"]["RELATE_ROOT"] == "/mnt/nfs" and spec["working_dir"] == "."
     assert "--runtime-env" not in argv
     assert os.environ.get("RELATE_ROOT") is None and os.environ.get(JOB_ENV) is None  # restored
+
+
+def test_training_data_setup_runs_in_a_job_with_absolute_paths_and_no_root(submitted, tmp_path):
+    """Configs the job builds internally (P(q|p)'s estimator settings) must not trip over their own
+    relative defaults: with every configured path absolute and no root, the setup runs in a job."""
+    import numpy as np
+
+    from relate.data.synthetic import SyntheticConfig, make_scene
+    from relate.schema import CORPUS_SCHEMA, to_table
+    from train_jobs.relation_data import DataConfig, _p_cond
+
+    world = SyntheticConfig(seed=1, min_size=64, max_size=96)
+    rows = [make_scene(i, world).to_record(f"/data/{i}.png", "train") for i in range(6)]
+    train = to_table(rows, CORPUS_SCHEMA)
+    strings = sorted({r["predicate"] for row in rows for r in row["relations"]})
+    cfg = DataConfig(corpus_root=str(tmp_path / "corpus"), cache_dir=str(tmp_path / "cache"))
+    emb = np.random.default_rng(0).normal(size=(len(strings), 8)).astype(np.float32)
+    p = _p_cond(cfg, train, strings, emb)
+    assert p.shape == (len(strings), len(strings))
