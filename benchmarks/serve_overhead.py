@@ -264,6 +264,7 @@ def measure(quick: bool) -> dict[str, float]:
             phase("auth")
         finally:
             ray.shutdown()  # takes Serve with it
+            phase("ray shutdown")
     return figures
 
 
