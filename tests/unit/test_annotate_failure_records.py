@@ -29,8 +29,8 @@ def _req(i: int) -> VLMRequest:
 
 
 def test_http_client_retries_then_records_each_failure_with_kind_and_attempts():
-    with flaky_vlm(timeout_sleep_s=0.6) as srv:
-        be = OpenAIBackend(OpenAIConfig(base_url=srv.url, max_retries=1, backoff_s=0.0, timeout_s=0.3, max_concurrency=8))
+    with flaky_vlm(timeout_sleep_s=2.5) as srv:  # timeouts far above a normal answer's time (see below)
+        be = OpenAIBackend(OpenAIConfig(base_url=srv.url, max_retries=1, backoff_s=0.0, timeout_s=1.5, max_concurrency=8))
         reqs = [_req(i) for i in range(40)]
         outs = be.generate_outcomes(reqs)
         failed = [o for o in outs if not o.ok]
@@ -108,9 +108,11 @@ def test_a_run_with_bad_images_finishes_and_lists_each(tmp_path):
 def test_failed_calls_leave_the_shard_incomplete_with_a_failures_table(tmp_path):
     good = _image_rows(tmp_path)[0]
     rows = [dict(good, image_id=f"img{i}", boxes=[dict(b, x2=b["x2"] - i) for b in good["boxes"]]) for i in range(12)]
-    with flaky_vlm(timeout_sleep_s=0.6) as srv:
+    # the client's timeout is far above a normal answer's time even on a loaded machine: a retry that
+    # overtakes its own slow first attempt at the server would otherwise be scored as the first attempt
+    with flaky_vlm(timeout_sleep_s=2.5) as srv:
         cfg = AnnotateConfig(out_dir=str(tmp_path / "out"), vlm=dict(backend="openai", openai=dict(
-            base_url=srv.url, max_retries=1, backoff_s=0.0, timeout_s=0.3)))
+            base_url=srv.url, max_retries=1, backoff_s=0.0, timeout_s=1.5)))
         annotate_local(pa.Table.from_pylist(rows), cfg, cfg.out_dir)
         n_failed = len(srv.failed_at_end_of(1))
     p = shard_paths(Path(cfg.out_dir), "train/part-00000")
