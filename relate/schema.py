@@ -264,14 +264,10 @@ def validate_rejections(table: pa.Table, n_boxes: Mapping[str, int] | None = Non
     _check_strings(rej, "pass", parent, child, where, "rejected", PASSES)
 
 
-def validate_predictions(table: pa.Table, n_boxes: Mapping[str, int] | None = None, *,
-                         name: str = "predictions") -> None:
-    """Scores must be finite; indices in range when the image's box counts are given."""
-    missing = [c for c in PREDICTIONS_SCHEMA.names if c not in table.column_names]
-    if missing:
-        raise SchemaError(f"{name}: missing column(s) {missing}; expected {PREDICTIONS_SCHEMA.names}")
-    where = _Where(name, _ids(table))
-    tri, parent, child = _flatten(table.column("triplets"))
+def _check_triplets(column, n_boxes: np.ndarray | None, where: _Where) -> None:
+    """Finite scores, a score on every triplet, predicate strings, and (given each image's box
+    count) subject/object indices in range."""
+    tri, parent, child = _flatten(column)
     for k in ("score", "spatial_score", "semantic_score"):
         v = _num(tri, k)
         present = ~tri.field(k).is_null().to_numpy(zero_copy_only=False)
@@ -280,12 +276,24 @@ def validate_predictions(table: pa.Table, n_boxes: Mapping[str, int] | None = No
                "triplets.score", "is null", child=child)
     _check_strings(tri, "predicate", parent, child, where, "triplets")
     if n_boxes is not None:
+        _check_pairs(tri, parent, child, n_boxes, where, "triplets")
+
+
+def validate_predictions(table: pa.Table, n_boxes: Mapping[str, int] | None = None, *,
+                         name: str = "predictions") -> None:
+    """Scores must be finite; indices in range when the image's box counts are given."""
+    missing = [c for c in PREDICTIONS_SCHEMA.names if c not in table.column_names]
+    if missing:
+        raise SchemaError(f"{name}: missing column(s) {missing}; expected {PREDICTIONS_SCHEMA.names}")
+    where = _Where(name, _ids(table))
+    nb = None
+    if n_boxes is not None:
         ids = table.column("image_id").to_pylist()
         unknown = [i for i in ids if i not in n_boxes]
         if unknown:
             raise SchemaError(f"{name}: image_id(s) not in the ground truth: {unknown[:5]}")
         nb = np.array([n_boxes[i] for i in ids], dtype=np.int64)
-        _check_pairs(tri, parent, child, nb, where, "triplets")
+    _check_triplets(table.column("triplets"), nb, where)
 
 
 # --------------------------------------------------------------------------- scene graphs
@@ -399,13 +407,5 @@ def validate_scene_graphs(table: pa.Table, *, name: str = "scene_graphs") -> np.
     n_pairs = pc.list_value_length(pairs).to_numpy(zero_copy_only=False).astype(np.int64)
     preds = scene_graph_predicates(table.schema, name=name)
     _check_scores(table, n_pairs, None if preds is None else len(preds), where)
-    tri, parent, child = _flatten(_list_col(table, "triplets", where))
-    for k in ("score", "spatial_score", "semantic_score"):
-        v = _num(tri, k)
-        present = ~tri.field(k).is_null().to_numpy(zero_copy_only=False)
-        _first_bad(present & ~np.isfinite(v), parent, where, f"triplets.{k}", "is NaN or infinite", v, child)
-    _first_bad(tri.field("score").is_null().to_numpy(zero_copy_only=False), parent, where,
-               "triplets.score", "is null", child=child)
-    _check_strings(tri, "predicate", parent, child, where, "triplets")
-    _check_pairs(tri, parent, child, n_obj, where, "triplets")
+    _check_triplets(_list_col(table, "triplets", where), n_obj, where)
     return n_obj
