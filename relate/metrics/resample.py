@@ -24,7 +24,7 @@ numpy only: ``import relate.metrics`` stays free of torch and scikit-learn.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -136,36 +136,37 @@ def _curve(kit: LabelledKit, W: np.ndarray, code: int) -> tuple[np.ndarray, np.n
 def ap_draws(kit: LabelledKit, W: np.ndarray, codes: Sequence[int]) -> np.ndarray:
     """(B, len(codes)) average precision per predicate and draw: the sum over thresholds of the
     recall gained there times the precision there; NaN where a draw holds no positive of it."""
-    out = np.full((W.shape[0], len(codes)), np.nan)
-    for j, c in enumerate(codes):
-        cur = _curve(kit, W, int(c))
-        if cur is None:
-            continue
-        tp, fp = cur
+    def ap(tp: np.ndarray, fp: np.ndarray) -> np.ndarray:
         total = tp[:, -1:]
         gain = np.diff(np.concatenate([np.zeros_like(total), tp], axis=1), axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             precision = np.where(tp + fp > 0, tp / np.where(tp + fp > 0, tp + fp, 1.0), 0.0)
-            out[:, j] = np.where(total[:, 0] > 0, (gain * precision).sum(axis=1) / np.where(total[:, 0] > 0, total[:, 0], 1.0),
-                                 np.nan)
-    return out
+            return np.where(total[:, 0] > 0, (gain * precision).sum(axis=1) / np.where(total[:, 0] > 0, total[:, 0], 1.0),
+                            np.nan)
+    return _per_code(kit, W, codes, ap)
 
 
 def auc_draws(kit: LabelledKit, W: np.ndarray, codes: Sequence[int]) -> np.ndarray:
     """(B, len(codes)) ROC-AUC per predicate and draw (trapezoids between thresholds, ties
     scoring one half); NaN where a draw lacks positives or negatives of it."""
-    out = np.full((W.shape[0], len(codes)), np.nan)
-    for j, c in enumerate(codes):
-        cur = _curve(kit, W, int(c))
-        if cur is None:
-            continue
-        tp, fp = cur
+    def auc(tp: np.ndarray, fp: np.ndarray) -> np.ndarray:
         zero = np.zeros((tp.shape[0], 1))
         tp0, fp0 = np.concatenate([zero, tp], axis=1), np.concatenate([zero, fp], axis=1)
         area = (np.diff(fp0, axis=1) * (tp0[:, 1:] + tp0[:, :-1]) / 2).sum(axis=1)
         den = tp[:, -1] * fp[:, -1]
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[:, j] = np.where(den > 0, area / np.where(den > 0, den, 1.0), np.nan)
+            return np.where(den > 0, area / np.where(den > 0, den, 1.0), np.nan)
+    return _per_code(kit, W, codes, auc)
+
+
+def _per_code(kit: LabelledKit, W: np.ndarray, codes: Sequence[int],
+              fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """(B, len(codes)): fn over each predicate's per-draw (tp, fp) curve; NaN where it has none."""
+    out = np.full((W.shape[0], len(codes)), np.nan)
+    for j, c in enumerate(codes):
+        cur = _curve(kit, W, int(c))
+        if cur is not None:
+            out[:, j] = fn(*cur)
     return out
 
 
