@@ -222,8 +222,13 @@ def _check_spatialsense(root: Path, opts: dict, problems: list[str]) -> None:
 
 # --------------------------------------------------------------------------------- the six layouts
 
-def _vg_opts(h5: str, dicts: str) -> Callable[[dict], dict]:
-    return lambda o: {"h5_name": h5, "dicts_name": dicts, **o}
+def _vg_layout(name: str, source: str, h5: str, dicts: str) -> Layout:
+    """A Scene-Graph-Benchmark h5 + dicts layout whose file names default to h5 and dicts."""
+    def opts(o: dict) -> dict:
+        return {"h5_name": h5, "dicts_name": dicts, **o}
+    return Layout(name, "A1", source, _VG_TREE.format(root="{root}", h5=h5, dicts=dicts),
+                  lambda o: [opts(o)["h5_name"], opts(o)["dicts_name"], o.get("image_data_name", "image_data.json")],
+                  lambda root, o, pr: _check_vg(root, opts(o), pr))
 
 
 _VG_TREE = """{root}/
@@ -233,24 +238,18 @@ _VG_TREE = """{root}/
   images/<image_id>.jpg         the Visual Genome pixels (reader option image_dir; SGB calls it VG_100K)"""
 
 LAYOUTS: dict[str, Layout] = {
-    "vg150": Layout(
-        "vg150", "A1",
+    "vg150": _vg_layout(
+        "vg150",
         "Images: Visual Genome 1.2 from Stanford (the VG_100K and VG_100K_2 archives). Annotations: the "
         "VG150 split of Xu et al. 2017, re-packed with attributes by Scene-Graph-Benchmark.pytorch; its "
         "DATASET.md links VG-SGG-with-attri.h5, VG-SGG-dicts-with-attri.json and image_data.json.",
-        _VG_TREE.format(root="{root}", h5="VG-SGG-with-attri.h5", dicts="VG-SGG-dicts-with-attri.json"),
-        lambda o: [o.get("h5_name", "VG-SGG-with-attri.h5"), o.get("dicts_name", "VG-SGG-dicts-with-attri.json"),
-                   o.get("image_data_name", "image_data.json")],
-        lambda root, o, pr: _check_vg(root, _vg_opts("VG-SGG-with-attri.h5", "VG-SGG-dicts-with-attri.json")(o), pr)),
-    "indoorvg": Layout(
-        "indoorvg", "A1",
+        "VG-SGG-with-attri.h5", "VG-SGG-dicts-with-attri.json"),
+    "indoorvg": _vg_layout(
+        "indoorvg",
         "IndoorVG: indoor Visual Genome images with annotations released in the same Scene-Graph-Benchmark "
         "h5 + dicts layout; the file names below are the reader's defaults (reader options h5_name, "
         "dicts_name). Images are Visual Genome's.",
-        _VG_TREE.format(root="{root}", h5="IndoorVG.h5", dicts="IndoorVG-dicts.json"),
-        lambda o: [o.get("h5_name", "IndoorVG.h5"), o.get("dicts_name", "IndoorVG-dicts.json"),
-                   o.get("image_data_name", "image_data.json")],
-        lambda root, o, pr: _check_vg(root, _vg_opts("IndoorVG.h5", "IndoorVG-dicts.json")(o), pr)),
+        "IndoorVG.h5", "IndoorVG-dicts.json"),
     "psg": Layout(
         "psg", "A1",
         "psg.json from the OpenPSG release (github.com/Jingkang50/OpenPSG, data/psg/). Pixels and panoptic "
