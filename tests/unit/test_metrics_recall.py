@@ -7,30 +7,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from _rows import box as _box, img as _img, rel as _rel, tri as _tri
 from relate.metrics import aggregate_per_image, evaluate_recall, load_detections, load_ground_truth, load_predictions
 from relate.schema import CORPUS_SCHEMA, IMAGE_SCHEMA, PER_IMAGE_SCHEMA, PREDICTIONS_SCHEMA, SchemaError, to_table
-
-
-def _box(x1, y1, x2, y2, cat=None):
-    return {"x1": x1, "y1": y1, "x2": x2, "y2": y2, "category": cat, "is_person": False, "is_body_part": False}
-
-
-def _rel(s, o, p):
-    return {"subject": s, "object": o, "predicate": p, "pass": "human", "gate": "kept", "score": None}
-
-
-def _img(iid, boxes, rels):
-    return {"image_id": iid, "uri": f"mem://{iid}", "width": 100, "height": 100, "source": "t",
-            "split": "test", "boxes": boxes, "relations": rels}
-
-
-def _tri(s, o, p, score):
-    return {"subject": s, "object": o, "predicate": p, "score": score, "spatial_score": None, "semantic_score": None}
 
 
 def _gt_hand():

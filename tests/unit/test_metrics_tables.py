@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from _rows import box as _box, img as _img, rel as _rel, tri as _tri
 from relate.metrics import (calibrate_synonym_threshold, edge_accuracy, edge_join, evaluate_open_vocab,
                             evaluate_recall, fit_frequency_baseline, load_detections, load_ground_truth,
                             load_predictions, pair_recall_ceiling, prior_violation_check, rank_of_truth,
@@ -15,23 +16,6 @@ from relate.metrics import (calibrate_synonym_threshold, edge_accuracy, edge_joi
 from relate.metrics.openvocab import SynonymMatcher
 from relate.metrics.priors import corpus_disjoint_rate
 from relate.schema import CORPUS_SCHEMA, IMAGE_SCHEMA, PREDICTIONS_SCHEMA, to_table
-
-
-def _box(x1, y1, x2, y2, cat=None):
-    return {"x1": x1, "y1": y1, "x2": x2, "y2": y2, "category": cat, "is_person": False, "is_body_part": False}
-
-
-def _rel(s, o, p):
-    return {"subject": s, "object": o, "predicate": p, "pass": "human", "gate": "kept", "score": None}
-
-
-def _img(iid, boxes, rels):
-    return {"image_id": iid, "uri": "u", "width": 100, "height": 100, "source": "t", "split": "test",
-            "boxes": boxes, "relations": rels}
-
-
-def _tri(s, o, p, score):
-    return {"subject": s, "object": o, "predicate": p, "score": score, "spatial_score": None, "semantic_score": None}
 
 
 def test_pair_recall_ceiling_hand_computed():

@@ -8,31 +8,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from _rows import box as _box, img as _img, rel as _rel, tri as _tri
 from relate.metrics import evaluate_recall, evaluate_scene_graphs, load_ground_truth, load_scene_graphs
 from relate.metrics.scene_graphs import dense_to_predictions
 from relate.schema import (CORPUS_SCHEMA, SchemaError, scene_graph_predicates, scene_graphs_schema, to_table,
                            validate_scene_graphs)
 
 
-def _box(x1, y1, x2, y2, cat=None):
-    return {"x1": x1, "y1": y1, "x2": x2, "y2": y2, "category": cat, "is_person": False, "is_body_part": False}
-
-
-def _rel(s, o, p):
-    return {"subject": s, "object": o, "predicate": p, "pass": "human", "gate": "kept", "score": None}
-
-
-def _img(iid, boxes, rels=()):
-    return {"image_id": iid, "uri": f"mem://{iid}", "width": 100, "height": 100, "source": "t",
-            "split": "test", "boxes": boxes, "relations": list(rels)}
-
-
 def _obj(x1, y1, x2, y2, label, score=1.0):
     return {"x1": x1, "y1": y1, "x2": x2, "y2": y2, "label": label, "score": score}
-
-
-def _tri(s, o, p, score):
-    return {"subject": s, "object": o, "predicate": p, "score": score, "spatial_score": None, "semantic_score": None}
 
 
 def _row(iid, objects, pairs=(), scores=(), triplets=()):
