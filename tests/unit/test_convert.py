@@ -170,6 +170,22 @@ def test_sgb_on_a_native_vg150_folder_in_one_command(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ openpsg
 
+
+def _score_openpsg(tmp_path, source_format, src, stuff):
+    """Convert OpenPSG output for image P (GT person on horse) against a two-image corpus, scoring
+    R@1 and R@2; psg.json names person and horse as things and on, beside as predicates."""
+    psg = tmp_path / "psg.json"
+    psg.write_text(json.dumps({"thing_classes": ["person", "horse"], "stuff_classes": stuff,
+                               "predicate_classes": ["on", "beside"]}))
+    corpus = _corpus(tmp_path / "c.parquet", [("P", [_box(0, 0, 10, 10, "person"), _box(20, 20, 30, 30, "horse")],
+                                               [_rel(0, 1, "on")]), ("Q", MAN_HORSE, [_rel(0, 1, "beside")])])
+    ids = tmp_path / "ids.json"
+    ids.write_text('["P"]')
+    return main(ConvertConfig(source_format=source_format, input=str(src), psg_json=str(psg), image_ids=str(ids),
+                              benchmark_reader="parquet", benchmark_path=corpus, out=str(tmp_path / "sg.parquet"),
+                              score=True, ks=[1, 2]))
+
+
 def test_openpsg_submission_boxes_from_the_panoptic_png(tmp_path):
     from PIL import Image
 
@@ -185,16 +201,7 @@ def test_openpsg_submission_boxes_from_the_panoptic_png(tmp_path):
     (sub / "relation.json").write_text(json.dumps([{
         "relations": [[1, 0, 2], [0, 1, 1]], "pan_seg_file_name": "0.png",
         "segments_info": [{"id": 1, "category_id": 1}, {"id": 2, "category_id": 2}]}]))
-    psg = tmp_path / "psg.json"
-    psg.write_text(json.dumps({"thing_classes": ["person", "horse"], "stuff_classes": ["grass"],
-                               "predicate_classes": ["on", "beside"]}))
-    corpus = _corpus(tmp_path / "c.parquet", [("P", [_box(0, 0, 10, 10, "person"), _box(20, 20, 30, 30, "horse")],
-                                               [_rel(0, 1, "on")]), ("Q", MAN_HORSE, [_rel(0, 1, "beside")])])
-    ids = tmp_path / "ids.json"
-    ids.write_text('["P"]')
-    res = main(ConvertConfig(source_format="openpsg", input=str(sub), psg_json=str(psg), image_ids=str(ids),
-                             benchmark_reader="parquet", benchmark_path=corpus, out=str(tmp_path / "sg.parquet"),
-                             score=True, ks=[1, 2]))
+    res = _score_openpsg(tmp_path, "openpsg", sub, stuff=["grass"])
     gc = res["scores"]["graph_constrained"]
     assert res["triplets"] == 2 and (gc["R@1"], gc["R@2"]) == (0.0, 1.0)
     objs = pq.read_table(tmp_path / "sg.parquet").column("objects").to_pylist()[0]
@@ -227,17 +234,7 @@ def test_openpsg_pickled_results_keep_dense_scores(tmp_path, monkeypatch):
     src.write_bytes(pickle.dumps([res], protocol=2))
     for k in range(1, len(parts) + 1):
         monkeypatch.delitem(sys.modules, ".".join(parts[:k]))  # loading must not need OpenPSG's code
-    psg = tmp_path / "psg.json"
-    psg.write_text(json.dumps({"thing_classes": ["person", "horse"], "stuff_classes": [],
-                               "predicate_classes": ["on", "beside"]}))
-    corpus = _corpus(tmp_path / "c.parquet", [("P", [_box(0, 0, 10, 10, "person"), _box(20, 20, 30, 30, "horse")],
-                                               [_rel(0, 1, "on")]),
-                                              ("Q", MAN_HORSE, [_rel(0, 1, "beside")])])
-    ids = tmp_path / "ids.json"
-    ids.write_text('["P"]')
-    res = main(ConvertConfig(source_format="openpsg-pkl", input=str(src), psg_json=str(psg), image_ids=str(ids),
-                             benchmark_reader="parquet", benchmark_path=corpus, out=str(tmp_path / "sg.parquet"),
-                             score=True, ks=[1, 2]))
+    res = _score_openpsg(tmp_path, "openpsg-pkl", src, stuff=[])
     gc = res["scores"]["graph_constrained"]
     assert res["pairs"] == 2 and (gc["R@1"], gc["R@2"]) == (0.0, 1.0)
     objs = pq.read_table(tmp_path / "sg.parquet").column("objects").to_pylist()[0]
@@ -251,8 +248,9 @@ def test_openpsg_pickled_results_keep_dense_scores(tmp_path, monkeypatch):
 
     (tmp_path / "bad.pkl").write_bytes(pickle.dumps([Call()], protocol=2))
     with pytest.raises(pickle.UnpicklingError, match="refusing to unpickle (posix|nt).getcwd"):
-        main(ConvertConfig(source_format="openpsg-pkl", input=str(tmp_path / "bad.pkl"), psg_json=str(psg),
-                           image_ids=str(ids), out=str(tmp_path / "o.parquet")))
+        main(ConvertConfig(source_format="openpsg-pkl", input=str(tmp_path / "bad.pkl"),
+                           psg_json=str(tmp_path / "psg.json"), image_ids=str(tmp_path / "ids.json"),
+                           out=str(tmp_path / "o.parquet")))
 
 
 # ------------------------------------------------------------------ vlm
