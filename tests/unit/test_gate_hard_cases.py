@@ -112,24 +112,14 @@ def test_verdicts_do_not_use_the_gate_geometry():
 @pytest.fixture(scope="module")
 def hard_run(tmp_path_factory):
     """The annotation stages without Ray on synthetic scenes, hard cases on (as the pipeline runs)."""
-    import json
-
-    from pipelines.annotate import AnnotateConfig, annotate_local
-    from pipelines.annotate_stages import merge_counters
-    from relate.annotation_stats import annotation_statistics, format_annotation_table
-    from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA, to_table
-    from tests.unit.test_gate_scoring import synthetic_records
+    from pipelines.annotate import AnnotateConfig
+    from relate.annotation_stats import format_annotation_table
+    from tests.unit.test_gate_scoring import annotate_with_statistics, synthetic_records
 
     records = synthetic_records(tmp_path_factory.mktemp("hard"), 60)
     cfg = AnnotateConfig(duplicate_person_rate=0.5, cpu_batch_size=30,
                          vlm={"scripted": {"hard_cases": {"enabled": True}}})
-    rows = annotate_local(records, cfg)
-    counters = {}
-    for r in rows:
-        counters = merge_counters(counters, json.loads(r["counters_json"]))
-    kept = to_table([{k: r[k] for k in CORPUS_SCHEMA.names} for r in rows], CORPUS_SCHEMA)
-    rej = to_table([{"image_id": r["image_id"], "rejected": r["rejected"]} for r in rows], REJECTIONS_SCHEMA)
-    stats = annotation_statistics(kept, rej, counters)
+    _, _, stats = annotate_with_statistics(records, cfg)
     return stats, format_annotation_table(stats)
 
 

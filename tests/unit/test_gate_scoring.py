@@ -38,7 +38,11 @@ def synthetic_records(tmp_path, n: int, seed: int = 11, shard_size: int = 64) ->
 @pytest.fixture(scope="module")
 def annotated(tmp_path_factory):
     records = synthetic_records(tmp_path_factory.mktemp("world"), 160)
-    cfg = AnnotateConfig(duplicate_person_rate=0.3, cpu_batch_size=40)
+    return annotate_with_statistics(records, AnnotateConfig(duplicate_person_rate=0.3, cpu_batch_size=40))
+
+
+def annotate_with_statistics(records: pa.Table, cfg: AnnotateConfig) -> tuple[list[dict], pa.Table, dict]:
+    """The annotation stages in this process: output rows, the kept corpus and its statistics."""
     rows = annotate_local(records, cfg)
     counters = {}
     for r in rows:
