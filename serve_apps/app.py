@@ -9,7 +9,7 @@ replicas only ever receive well-formed arrays.
 Endpoints (JSON in and out, versioned under /v1; each POST has a multipart ``/upload`` twin):
 ``/v1/relations`` (client regions), ``/v1/graph`` (detector + relations), ``/v1/judge`` (A5b
 verdicts with the corruption control), ``/v1/render`` (PNG); ``/healthz``, ``/readyz``,
-``/openapi.json``, ``/docs``.
+``/openapi.json``, ``/docs``; ``/ui/relate.html``, a page that calls the same API from a browser.
 """
 
 # no "from __future__ import annotations": Serve rebuilds these signatures and needs real types
@@ -17,6 +17,7 @@ verdicts with the corruption control), ``/v1/render`` (PNG); ``/healthz``, ``/re
 import asyncio
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError
 
 from serve_apps import security as S
-from serve_apps.auth import BearerAuthMiddleware, require_token_for_bind
+from serve_apps.auth import PAGE_SUFFIXES, BearerAuthMiddleware, require_token_for_bind
 from serve_apps.config import ServeAppConfig
 from serve_apps.metrics import RequestMetricsMiddleware
 from serve_apps.schemas import (ErrorBody, GraphParams, GraphRequest, GraphResponse, HealthResponse, JudgeParams,
@@ -43,8 +44,9 @@ api = FastAPI(title="relate: open-vocabulary visual relations", version="1.0.0",
                           "vocabulary, detect-and-relate, judge relations with a VLM, and render graphs.")
 api.add_middleware(S.BodyLimitMiddleware, max_bytes=lambda: S.STATE["max_request_bytes"],
                    timeout_s=lambda: S.STATE["body_timeout_s"])
-# every route (docs and health included) needs the token when one is set
-api.add_middleware(BearerAuthMiddleware, token=lambda: S.STATE["token"], open_paths=())
+# every route (docs and health included) needs the token when one is set; the page's static
+# files do not (a browser loads them before it can send the token; they carry no data)
+api.add_middleware(BearerAuthMiddleware, token=lambda: S.STATE["token"], open_paths=(), open_suffixes=PAGE_SUFFIXES)
 api.add_middleware(RequestMetricsMiddleware)  # added last, so it runs first: refused requests are counted too
 S.install_error_handlers(api)
 _bearer = HTTPBearer(auto_error=False, description="required when the server is configured with a token")
@@ -58,6 +60,19 @@ _ERRORS = {c: {"model": ErrorBody} for c in (400, 401, 408, 413, 415, 422, 500, 
 _V1 = {"dependencies": [Depends(_auth)], "responses": _ERRORS}
 _READY_STATES = {"HEALTHY", "UPSCALING", "DOWNSCALING"}
 _PARAMS_DOC = "JSON object with the same fields as the JSON endpoint's body, minus 'image'"
+_PAGE_DIR = Path(__file__).parent / "static" / "ui"
+_PAGE_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+               ".css": "text/css; charset=utf-8"}
+# the page runs only its own script and talks only to this origin; images stay in the browser (blob:, data:)
+_PAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+                                            "img-src 'self' blob: data:; connect-src 'self'; base-uri 'none'; "
+                                            "form-action 'none'; frame-ancestors 'none'",
+                 "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+
+
+def _page_file(name: str) -> Response:
+    path = _PAGE_DIR / name
+    return Response(path.read_bytes(), media_type=_PAGE_TYPES[path.suffix], headers=_PAGE_HEADERS)
 
 
 def _parse(model: type[BaseModel], text: str) -> Any:
@@ -237,6 +252,20 @@ class IngressDeployment:
     async def render_upload(self, image: UploadFile = File(..., description="image file"),
                             params: str = Form(..., description=_PARAMS_DOC)) -> Response:
         return await self._render(await self._image(await _read_upload(image)), _parse(RenderParams, params))
+
+    # ---- the page -------------------------------------------------------------------------------
+    @api.get("/ui/relate.html", include_in_schema=False)
+    async def page(self) -> Response:
+        """Draw or detect boxes on your own image, type predicates, read the ranked triplets."""
+        return _page_file("relate.html")
+
+    @api.get("/ui/relate.js", include_in_schema=False)
+    async def page_script(self) -> Response:
+        return _page_file("relate.js")
+
+    @api.get("/ui/relate.css", include_in_schema=False)
+    async def page_style(self) -> Response:
+        return _page_file("relate.css")
 
     # ---- health -----------------------------------------------------------------------------
     @api.get("/healthz", response_model=HealthResponse)

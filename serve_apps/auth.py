@@ -6,7 +6,9 @@ The rule:
 * a bind address that is not loopback needs a token: without one the server refuses to start;
 * when a token is configured, every route answers 401 without it (health and docs included),
   compared in constant time. Only Serve's own proxy probes (``/-/healthz``, ``/-/routes``), which
-  carry no data, stay open so a load balancer or KubeRay can probe the node.
+  carry no data, stay open so a load balancer or KubeRay can probe the node, and the static files
+  of the "try it" page (``PAGE_SUFFIXES``, GET only: HTML, JS and CSS with no data in them), which
+  a browser must load before it can ask for the token; every call the page makes needs it.
 
 ``BearerAuthMiddleware`` is plain ASGI, so the same class guards a FastAPI app (relate, audit)
 and the Serve HTTP proxy itself (:func:`proxy_middlewares`, installed on every node with
@@ -23,13 +25,15 @@ import os
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable
 
-__all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "PROXY_CALLBACK", "AuthConfigError", "is_loopback", "read_token",
-           "require_token_for_bind", "token_matches", "BearerAuthMiddleware", "proxy_middlewares"]
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "PROXY_CALLBACK", "PAGE_SUFFIXES", "AuthConfigError", "is_loopback",
+           "read_token", "require_token_for_bind", "token_matches", "BearerAuthMiddleware", "proxy_middlewares"]
 
 TOKEN_ENV = "RELATE_API_TOKEN"             # default variable holding the token on every node
 TOKEN_FILE_ENV = "RELATE_API_TOKEN_FILE"   # or a file (a Kubernetes secret mount) holding it
 PROXY_CALLBACK = "serve_apps.auth:proxy_middlewares"
 PROBE_PATHS = frozenset({"/-/healthz", "/-/routes"})  # Serve's proxy probes: no data, no model
+# the relate app's static page under any route prefix (serve_apps/static/ui): GET and HEAD only
+PAGE_SUFFIXES = ("/ui/relate.html", "/ui/relate.js", "/ui/relate.css")
 _MIN_TOKEN_CHARS = 16
 
 
@@ -100,11 +104,20 @@ class BearerAuthMiddleware:
     """ASGI: 401 (JSON ``{error, message}``) for any HTTP request without the bearer token.
 
     ``token`` is the token itself or a callable returning it (None: no token configured, every
-    request passes; only allowed on loopback, which the start-up check enforces)."""
+    request passes; only allowed on loopback, which the start-up check enforces). ``open_paths``
+    pass whatever the method; a GET or HEAD whose path ends with one of ``open_suffixes`` passes
+    too (static files mounted under a route prefix)."""
 
     def __init__(self, app, token: str | None | Callable[[], str | None],
-                 open_paths: Iterable[str] = PROBE_PATHS) -> None:
+                 open_paths: Iterable[str] = PROBE_PATHS, open_suffixes: tuple[str, ...] = ()) -> None:
         self.app, self._token, self.open_paths = app, token, frozenset(open_paths)
+        self.open_suffixes = tuple(open_suffixes)
+
+    def _open(self, scope: dict) -> bool:
+        path = scope.get("path") or ""
+        if path in self.open_paths:
+            return True
+        return bool(self.open_suffixes) and scope.get("method") in ("GET", "HEAD") and path.endswith(self.open_suffixes)
 
     @property
     def token(self) -> str | None:
@@ -112,7 +125,7 @@ class BearerAuthMiddleware:
 
     async def __call__(self, scope, receive, send) -> Awaitable[None] | None:
         token = self.token
-        if scope["type"] not in ("http", "websocket") or token is None or scope.get("path") in self.open_paths:
+        if scope["type"] not in ("http", "websocket") or token is None or self._open(scope):
             return await self.app(scope, receive, send)
         if token_matches(_header(scope, b"authorization"), token):
             return await self.app(scope, receive, send)
@@ -146,4 +159,4 @@ def proxy_middlewares() -> list:
     token = read_token(env=TOKEN_ENV if os.environ.get(TOKEN_ENV) else None,
                        file=os.environ.get(TOKEN_FILE_ENV) or None)
     require_token_for_bind(_serve_bind_host(), token, "the Serve HTTP proxy")
-    return [Middleware(BearerAuthMiddleware, token=token)]
+    return [Middleware(BearerAuthMiddleware, token=token, open_suffixes=PAGE_SUFFIXES)]

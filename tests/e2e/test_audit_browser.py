@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import httpx
@@ -32,21 +31,14 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+import _browser
 from relate.audit.sampler import AuditSampleConfig, sample_audit_batch, write_audit_batch
 from relate.data.synthetic import SyntheticConfig, make_scene
 from relate.schema import CORPUS_SCHEMA, to_table
 
-try:
-    from playwright import sync_api
-except ImportError:
-    sync_api = None
-
 pytestmark = pytest.mark.slow
-CHROMIUM = "/usr/bin/chromium"
 TOKENS = {"alice": "alice-audit-token-0123456789", "bob": "bob-audit-token-9876543210"}
 REPO = Path(__file__).resolve().parents[2]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 STRATA = ("pass", "gate")
 
 
@@ -68,21 +60,8 @@ def _corpus(root: Path) -> None:
     pq.write_table(to_table(rows, CORPUS_SCHEMA), root / "corpus" / "train" / "part-0.parquet")
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
 def _require_browser() -> None:
-    """With ``CI`` set a missing browser is a failure; elsewhere a skip that says so loudly."""
-    missing = ([] if Path(CHROMIUM).is_file() else [f"{CHROMIUM} is missing (apt-get install -y chromium)"]) + \
-              ([] if sync_api is not None else ["playwright is missing (pip install playwright)"])
-    if not missing:
-        return
-    why = "; ".join(missing)
-    if _in_ci():
-        pytest.fail(f"CI is set but the audit page's browser test cannot run: {why}", pytrace=False)
-    warnings.warn(f"AUDIT BROWSER TEST NOT RUN: {why}; with CI set this is a failure", stacklevel=2)
-    pytest.skip(f"AUDIT BROWSER TEST NOT RUN: {why} (fails instead when CI is set)")
+    _browser.require_browser("audit page")
 
 
 def _free_port() -> int:
@@ -131,7 +110,7 @@ def _until(page, server: _Server, js: str, arg, what: str) -> None:
     """Wait for ``js`` to hold; on timeout fail with what the page and the server said."""
     try:
         page.wait_for_function(js, arg=arg, timeout=WAIT_MS)
-    except sync_api.TimeoutError:
+    except _browser.sync_api.TimeoutError:
         status = page.locator("#status").text_content()
         progress = page.locator("#progress-text").text_content()
         raise AssertionError(f"page never showed {what}: progress {progress!r}, status {status!r}, "
@@ -278,12 +257,12 @@ def _check(report: dict, hand: dict) -> None:
 
 
 def test_a_missing_browser_fails_under_ci_and_skips_loudly_elsewhere(monkeypatch, tmp_path):
-    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", str(tmp_path / "no-chromium"))
+    monkeypatch.setattr(_browser, "CHROMIUM", str(tmp_path / "no-chromium"))
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI is set .*/no-chromium is missing"):
         _require_browser()
     monkeypatch.setenv("CI", "0")
-    with pytest.warns(UserWarning, match="AUDIT BROWSER TEST NOT RUN"), \
+    with pytest.warns(UserWarning, match="AUDIT PAGE BROWSER TEST NOT RUN"), \
             pytest.raises(pytest.skip.Exception, match="fails instead when CI is set"):
         _require_browser()
 
@@ -310,9 +289,10 @@ def test_audit_in_the_browser(tmp_path, tokens):
     shot = tmp_path / "audit_page.png"
     server.start()
     try:
-        with sync_api.sync_playwright() as pw:
-            ctx = pw.chromium.launch_persistent_context(tempfile.mkdtemp(dir=tmp_path), executable_path=CHROMIUM,
-                                                        headless=True, args=ARGS, viewport={"width": 1100, "height": 700})
+        with _browser.sync_api.sync_playwright() as pw:
+            ctx = pw.chromium.launch_persistent_context(tempfile.mkdtemp(dir=tmp_path),
+                                                        executable_path=_browser.CHROMIUM, headless=True,
+                                                        args=_browser.ARGS, viewport={"width": 1100, "height": 700})
             page = ctx.new_page()
             console = []
             page.on("console", lambda msg: console.append(msg.text))

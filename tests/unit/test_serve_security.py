@@ -208,6 +208,35 @@ def test_bind_rule_and_constant_time_match():
         assert not token_matches(bad, token)
 
 
+def test_only_the_pages_static_files_pass_without_the_token():
+    """The proxy's middleware as installed (proxy_middlewares' arguments) in front of a catch-all
+    app: GET/HEAD of the page's three files under any prefix pass; their POST, look-alike paths
+    and everything else answer 401."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from serve_apps.auth import PAGE_SUFFIXES, PROBE_PATHS, BearerAuthMiddleware
+
+    async def anything(request):
+        return PlainTextResponse("served")
+
+    inner = Starlette(routes=[Route("/{path:path}", anything, methods=["GET", "HEAD", "POST"])])
+    client = TestClient(BearerAuthMiddleware(inner, token="t" * 20, open_paths=PROBE_PATHS,
+                                             open_suffixes=PAGE_SUFFIXES))
+    for path in ("/ui/relate.html", "/ui/relate.js", "/ui/relate.css", "/my-prefix/ui/relate.html", "/-/healthz"):
+        assert client.get(path).status_code == 200, path
+        assert client.head(path).status_code == 200, path
+    assert client.post("/-/healthz").status_code == 200  # probe paths are open whatever the method
+    for path in ("/ui/relate.html", "/ui/relate.js"):
+        assert client.post(path).status_code == 401, path
+    for path in ("/ui/relate.htmlx", "/ui/relate.html/x", "/ui/", "/ui", "/v1/relations", "/ui/relate.json",
+                 "/docs", "/ui/other.js"):
+        assert client.get(path).status_code == 401, path
+    assert client.get("/v1/relations", headers={"Authorization": "Bearer " + "t" * 20}).status_code == 200
+
+
 def test_configs_refuse_public_bind_and_ambiguous_model():
     with pytest.raises(ValueError, match="allow_public"):
         HttpSettings(host="0.0.0.0")
