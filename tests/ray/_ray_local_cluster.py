@@ -76,6 +76,7 @@ class LocalCluster:
     object_store_mb: int = 150
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rl-", dir="/tmp")))
     nodes: dict[str, Node] = field(default_factory=dict)
+    head_args: list[str] = field(default_factory=list)  # more `ray start --head` flags (--autoscaling-config)
 
     def __post_init__(self) -> None:
         self.gcs_port = _free_port()
@@ -115,6 +116,7 @@ class LocalCluster:
                     "--include-dashboard", "true" if self.dashboard else "false"]
             if self.dashboard:
                 args += ["--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port)]
+            args += self.head_args
             head = self._spawn("head", args, resources or {}, retries=attempt)
             if not self.dashboard:
                 return head
@@ -230,7 +232,26 @@ class LocalCluster:
             except ProcessLookupError:
                 pass
             node.alive = False
+        for pid in self._strays():  # e.g. nodes an autoscaler started: same temp dir, maybe another group
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _strays(self) -> list[int]:
+        """Live processes of this cluster by PID: every Ray process names its temp dir, under root."""
+        out = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(self.root) in cmd:
+                out.append(int(proc.name))
+        return out
 
 
 def project_runtime_env(**env_vars: str) -> dict:
