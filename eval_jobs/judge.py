@@ -11,6 +11,15 @@ shards, so a crashed run resumes without repeating or losing a call. Every repor
 then recomputed from the audit table: ``result.json`` (Tab. 7 blocks, controls, KT check,
 certification, and ``a5`` per system) and the Table-7-style ``table.md``.
 
+Judge calls fail as annotation calls do (the same client retries, the same failure kinds, the
+same files, :mod:`pipelines.annotate_shards`): a shard with a call that failed after its retries
+has no audit file but ``failures/<shard>.parquet`` (one FAILURES_SCHEMA row per failed call, with
+its ``call_id``) and ``pending/<shard>.parquet`` (every call's answer or failure, written last).
+Such a run writes no ``result.json``, says INCOMPLETE and exits 3; rerunning the same command
+calls the judge again for exactly the failed calls, keeps every earlier answer, and writes the
+shard's audit as a run without failures would. ``result.json["run"]`` and the progress line count
+this run's calls, retries, failures by kind and the calls retried from earlier runs.
+
 The judge is any VLM backend of :mod:`actors.vlm` (``transformers`` locally, ``openai`` for a
 vLLM / ``ray.serve.llm`` server such as the Judge LLM app) or the scripted judge with known
 error rates (:mod:`relate.judge.scripted`). Answers are read from their last JSON object within
@@ -39,6 +48,7 @@ from pydantic import Field, model_validator
 from actors.vlm.configs import OpenAIConfig, TransformersConfig, VLLMConfig
 from relate.config import StrictConfig, dump_config, parse_job_args
 from relate.storage import Location, LocationValue
+from relate.annotation_stats import format_vlm_line
 from relate.jobinfo import Progress, gather, run_name
 from relate.placement import ResourcesConfig, ray_remote_args
 from relate.judge import (AUDIT_SCHEMA, GraphArmConfig, RelationArmConfig, ScriptedJudgeConfig, audit_table,
@@ -46,9 +56,15 @@ from relate.judge import (AUDIT_SCHEMA, GraphArmConfig, RelationArmConfig, Scrip
                           tally_graph_arm)
 from relate.judge.summary import table7_markdown
 from relate.judge.protocol import select_deployed, select_matched, select_relative
+from pipelines.annotate_shards import atomic_write, read_failures, read_pending, write_incomplete
+from pipelines.annotate_stages import STOP_KINDS, call_outcomes, merge_counters
 
-__all__ = ["JudgeSystemSpec", "JudgeBackendConfig", "JudgeJobConfig", "shard_plan", "run_shard", "load_audit",
-           "summarise", "load_a5", "main"]
+__all__ = ["JudgeSystemSpec", "JudgeBackendConfig", "JudgeJobConfig", "JudgeStopped", "shard_plan", "shard_files",
+           "run_shard", "load_audit", "summarise", "load_a5", "main"]
+
+
+class JudgeStopped(RuntimeError):
+    """The judge cannot answer as configured (wrong URL, key or model); what finished is on disk."""
 
 
 class JudgeSystemSpec(StrictConfig):
@@ -257,48 +273,105 @@ def render_shard(cfg_dict: dict, images: list[dict], preds: dict[str, dict[str, 
                 pngs[id(c.image)] = (png, hashlib.sha1(png).hexdigest())
             png, sha = pngs[id(c.image)]
             out.append({"record": c.record, "prompt": c.prompt, "image_png": png, "image_sha1": sha,
-                        "context": c.context})
+                        "context": c.context, "uri": im["uri"]})
     return out
 
 
-def write_shard(shard: str, rendered: list[dict], answers: Sequence[str | None], out_path: str) -> dict:
-    """Parse each answer and write the shard's audit rows atomically; returns call counts."""
-    if len(answers) != len(rendered):
-        raise RuntimeError(f"{shard}: judge returned {len(answers)} answers for {len(rendered)} calls")
-    rows = [{**r["record"], "prompt": r["prompt"], "image_sha1": r["image_sha1"], "raw_answer": a,
-             "verdict": _verdict(r["record"]["arm"], a)} for r, a in zip(rendered, answers)]
-    tmp = f"{out_path}.tmp-{os.getpid()}"
-    pq.write_table(audit_table(rows), tmp)
-    os.replace(tmp, out_path)  # atomic: a file either holds the whole shard or does not exist
-    return {"shard": shard, "calls": len(rows), "unparseable": sum(r["verdict"] is None for r in rows)}
+def shard_files(out_dir: str | Path, shard: str) -> tuple[Path, Path, Path]:
+    """A shard's audit (its presence marks the shard done), failures and pending-state files."""
+    out = Path(out_dir)
+    return out / "audit" / f"{shard}.parquet", out / "failures" / f"{shard}.parquet", out / "pending" / f"{shard}.parquet"
+
+
+def earlier_calls(out_dir: str | Path, shard: str) -> dict[str, dict]:
+    """How an earlier run left an incomplete shard: call id -> ``{"answer": text}`` or ``{"failure": {...}}``."""
+    return {r["call_id"]: r for r in read_pending(shard_files(out_dir, shard)[2]) or []}
+
+
+def calls_to_make(rendered: list[dict], earlier: dict[str, dict]) -> list[dict]:
+    """The rendered calls without an answer from an earlier run: all of a fresh shard, the failed
+    ones of a shard an earlier run left incomplete."""
+    return [r for r in rendered if "answer" not in earlier.get(r["record"]["call_id"], {})]
+
+
+def write_shard(out_dir: str | Path, shard: str, rendered: list[dict], outcomes: dict[str, Any],
+                earlier: dict[str, dict]) -> dict:
+    """Merge this run's outcomes (call id -> :class:`actors.vlm.base.VLMOutcome`) with the answers
+    an earlier run kept, then write the shard: its audit rows atomically when every call has an
+    answer (and drop its failures and pending state), else its failures and pending state.
+    Returns the shard's counts (calls, this run's VLM counters, failures by kind, retried calls)."""
+    audit_path, fail_path, pending_path = shard_files(out_dir, shard)
+    rows, state, failures, vlm = [], [], [], {}
+    retried = 0
+    for r in rendered:
+        rec = r["record"]
+        cid, before = rec["call_id"], earlier.get(rec["call_id"], {})
+        if cid in outcomes:
+            o, pass_name = outcomes[cid], f"judge_{rec['arm']}"
+            retried += "failure" in before
+            vlm = merge_counters(vlm, {"calls": {pass_name: 1}, "attempts": o.attempts, "retries": max(o.attempts - 1, 0),
+                                       **({} if o.ok else {"failed_calls": {o.kind: 1}})})
+            if not o.ok:
+                attempts = o.attempts + int(before.get("failure", {}).get("attempts", 0))  # over all runs
+                failures.append({"image_id": rec["image_id"], "uri": r["uri"], "shard": shard, "pass": pass_name,
+                                 "kind": o.kind, "message": o.message or "", "attempts": attempts, "call_id": cid})
+                state.append((rec["image_id"], True, {"call_id": cid, "failure": {"kind": o.kind, "attempts": attempts}}))
+                continue
+            text = o.text
+        elif "answer" in before:
+            text = before["answer"]
+        else:
+            raise RuntimeError(f"{shard}: call {cid} has neither an answer from this run nor one from an earlier run")
+        state.append((rec["image_id"], False, {"call_id": cid, "answer": text}))
+        rows.append({**rec, "prompt": r["prompt"], "image_sha1": r["image_sha1"], "raw_answer": text,
+                     "verdict": _verdict(rec["arm"], text)})
+    counts = {"shard": shard, "calls": len(rendered), "made": len(outcomes), "retried": retried,
+              "kept": len(rendered) - len(outcomes), "vlm": vlm, "complete": not failures,
+              "failed": dict(Counter(f["kind"] for f in failures)),
+              "unparseable": sum(r["verdict"] is None for r in rows)}
+    if failures:
+        write_incomplete(fail_path, pending_path, failures, state)
+        return counts
+    table = audit_table(rows)
+    atomic_write(audit_path, lambda p: pq.write_table(table, p))  # a file holds the whole shard or does not exist
+    pending_path.unlink(missing_ok=True)  # after the audit: a crash in between leaves state the driver drops
+    fail_path.unlink(missing_ok=True)
+    return counts
 
 
 def run_shard(cfg_dict: dict, shard: str, images: list[dict], preds: dict[str, dict[str, list[dict]]],
-              out_path: str) -> dict:
-    """Render, judge (in-process backend), parse and write one shard."""
+              out_dir: str) -> dict:
+    """Render one shard, judge its calls an earlier run has no answer for (in-process backend),
+    parse and write it (see :func:`write_shard`)."""
     from actors.vlm.base import VLMRequest
 
     cfg = JudgeJobConfig.model_validate(cfg_dict)
     rendered = render_shard(cfg_dict, images, preds)
+    earlier = earlier_calls(out_dir, shard)
+    todo = calls_to_make(rendered, earlier)
     requests = [VLMRequest(image_png=r["image_png"], prompt=r["prompt"], image_id=r["record"]["image_id"],
                            pass_name=f"judge_{r['record']['arm']}", reference=(r["context"],), id_base=cfg.id_base)
-                for r in rendered]
-    answers = _create_judge(cfg.judge).generate(requests) if requests else []
-    return write_shard(shard, rendered, answers, out_path)
+                for r in todo]
+    outs = call_outcomes(_create_judge(cfg.judge), requests) if requests else []
+    if len(outs) != len(todo):
+        raise RuntimeError(f"{shard}: judge returned {len(outs)} outcomes for {len(todo)} calls")
+    return write_shard(out_dir, shard, rendered, {r["record"]["call_id"]: o for r, o in zip(todo, outs)}, earlier)
 
 
 # --------------------------------------------------------------------------- driver
 
 
-def _run_shards(cfg: JudgeJobConfig, plan: list, images: dict, preds: dict, audit_dir: Path) -> list[dict]:
-    todo = [(name, ids) for name, ids in plan if not (audit_dir / f"{name}.parquet").exists()]
+def _run_shards(cfg: JudgeJobConfig, plan: list, images: dict, preds: dict, progress: "_CallProgress") -> list[dict]:
+    out = str(cfg.out_dir)
+    todo = [(name, ids) for name, ids in plan if not shard_files(out, name)[0].exists()]
     args = [(cfg.model_dump(mode="json"), name, [images[i] for i in ids],
-             {s: {i: p[i] for i in ids if i in p} for s, p in preds.items()}, str(audit_dir / f"{name}.parquet"))
+             {s: {i: p[i] for i in ids if i in p} for s, p in preds.items()}, out)
             for name, ids in todo]
+    progress.start(len(args))
     if cfg.judge.backend == "vllm":
-        return _run_vllm(cfg, args)
+        return _run_vllm(cfg, args, progress)
     if not cfg.use_ray:
-        return [run_shard(*a) for a in args]
+        return [progress.done(run_shard(*a)) for a in args]
     import ray
 
     if not ray.is_initialized():
@@ -306,14 +379,47 @@ def _run_shards(cfg: JudgeJobConfig, plan: list, images: dict, preds: dict, audi
     name = run_name("judge", cfg.out_dir)
     task = ray.remote(**ray_remote_args(cfg.resources))(run_shard)
     refs = [task.options(name=f"{name}:shard:{a[1]}").remote(*a) for a in args]
-    return gather(ray, refs, Progress(name, "shards", len(refs)))  # done/total lines in the job log
+    waiting = list(refs)
+    while waiting:  # one progress line per finished shard, with the calls, retries and failures so far
+        ready, waiting = ray.wait(waiting, num_returns=1)
+        progress.done(ray.get(ready[0]))
+    return ray.get(refs)
 
 
-def _run_vllm(cfg: JudgeJobConfig, args: list[tuple]) -> list[dict]:
-    """Offline GPU path: render shards as CPU tasks, answer every call in one ray.data.llm pass, write shards."""
+class _CallProgress:
+    """``[judge-run] shards 3/9 (33%) ... | calls 120, retries 9, failed 4 (timeout 3, http_500 1),
+    outstanding 4 | retried from earlier runs 2`` (the annotation job's VLM line)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.vlm, self.retried, self.outstanding = name, {}, 0, Counter()
+        self.progress: Progress | None = None
+
+    def start(self, total: int) -> None:
+        self.progress = Progress(self.name, "shards", total, emit=lambda line: print(f"{line} | {self.line()}", flush=True))
+
+    def line(self) -> str:
+        return f"{format_vlm_line(self.stats())} | retried from earlier runs {self.retried}"
+
+    def stats(self) -> dict:
+        from relate.annotation_stats import vlm_call_stats
+
+        return vlm_call_stats({"vlm": self.vlm}, dict(self.outstanding))
+
+    def done(self, counts: dict) -> dict:
+        self.vlm = merge_counters(self.vlm, counts["vlm"])
+        self.retried += counts["retried"]
+        self.outstanding.update(counts["failed"])
+        self.progress.update()
+        return counts
+
+
+def _run_vllm(cfg: JudgeJobConfig, args: list[tuple], progress: _CallProgress) -> list[dict]:
+    """Offline GPU path: render shards as CPU tasks, answer every call without an earlier answer in
+    one ray.data.llm pass (engine errors are recorded failures), write the shards."""
     import ray
 
-    from actors.vlm.vllm_data import ERROR_COLUMN, TEXT_COLUMN, build_vllm_processor, vllm_outcomes
+    from actors.vlm.base import VLMOutcome
+    from actors.vlm.vllm_data import ATTEMPTS_COLUMN, ERROR_COLUMN, TEXT_COLUMN, build_vllm_processor, vllm_outcomes
     from relate.prompts import load_prompt
 
     if not args:
@@ -322,24 +428,31 @@ def _run_vllm(cfg: JudgeJobConfig, args: list[tuple]) -> list[dict]:
     render = ray.remote(num_cpus=cfg.resources.num_cpus)(render_shard)
     refs = [render.options(name=f"{name}:render:{shard}").remote(c, imgs, preds) for c, shard, imgs, preds, _ in args]
     rendered = gather(ray, refs, Progress(name, "shards rendered", len(refs)))
-    items = [{"call_id": r["record"]["call_id"], "prompt": r["prompt"], "image_png": r["image_png"]}
-             for rs in rendered for r in rs]
-    processor = build_vllm_processor(cfg.judge.vllm, cfg.resources if cfg.resources.num_gpus else None,
-                                     load_prompt("system_judge").text, cfg.resources.num_cpus)
-    keep = ("call_id", TEXT_COLUMN, ERROR_COLUMN)
+    earlier = {shard: earlier_calls(out, shard) for _, shard, _, _, out in args}
+    todo = [r for (_, shard, _, _, _), rs in zip(args, rendered) for r in calls_to_make(rs, earlier[shard])]
+    items = [{"call_id": r["record"]["call_id"], "prompt": r["prompt"], "image_png": r["image_png"]} for r in todo]
+    keep = (("call_id", pa.string()), (TEXT_COLUMN, pa.string()), (ERROR_COLUMN, pa.string()), (ATTEMPTS_COLUMN, pa.int64()))
 
     def outcomes(batch: pa.Table) -> pa.Table:  # engine errors -> recorded failures, one layout for all rows
-        return pa.Table.from_pylist([{k: r[k] for k in keep} for r in vllm_outcomes(batch)],
-                                    schema=pa.schema([(k, pa.string()) for k in keep]))
+        return pa.Table.from_pylist([{k: r[k] for k, _ in keep} for r in vllm_outcomes(batch)], schema=pa.schema(keep))
 
-    rows = processor(ray.data.from_items(items)).map_batches(outcomes, batch_format="pyarrow").take_all()
-    answers = {row["call_id"]: row[TEXT_COLUMN] for row in rows}  # None: the engine failed on the call
-    failed = sum(row[ERROR_COLUMN] is not None for row in rows)
-    if failed:
-        print(f"[{name}] the vLLM engine failed on {failed} of {len(rows)} calls; they are written with no "
-              f"answer (raw_answer and verdict null). First: {next(r[ERROR_COLUMN] for r in rows if r[ERROR_COLUMN])}")
-    return [write_shard(name, rs, [answers.get(r["record"]["call_id"]) for r in rs], path)
-            for (_, name, _, _, path), rs in zip(args, rendered)]
+    rows = []
+    if items:
+        processor = build_vllm_processor(cfg.judge.vllm, cfg.resources if cfg.resources.num_gpus else None,
+                                         load_prompt("system_judge").text, cfg.resources.num_cpus)
+        rows = processor(ray.data.from_items(items)).map_batches(outcomes, batch_format="pyarrow").take_all()
+    outs = {}
+    for row in rows:
+        err = json.loads(row[ERROR_COLUMN]) if row[ERROR_COLUMN] else None
+        outs[row["call_id"]] = (VLMOutcome(row[TEXT_COLUMN], int(row[ATTEMPTS_COLUMN] or 1)) if err is None else
+                                VLMOutcome(None, int(row[ATTEMPTS_COLUMN] or 1), err["kind"], err.get("message", "")))
+    lost = {i["call_id"] for i in items} - set(outs)
+    if lost:
+        raise RuntimeError(f"[{name}] the vLLM processor returned no row for {len(lost)} of {len(items)} calls "
+                           f"(e.g. {sorted(lost)[0]}); nothing of them was written, rerun the same command")
+    return [progress.done(write_shard(out, shard, rs, {r["record"]["call_id"]: outs[r["record"]["call_id"]]
+                                                       for r in rs if r["record"]["call_id"] in outs}, earlier[shard]))
+            for (_, shard, _, _, out), rs in zip(args, rendered)]
 
 
 def load_audit(out_dir: str | Path) -> pa.Table:
@@ -366,21 +479,51 @@ def summarise(cfg: JudgeJobConfig, rows: list[dict], images: dict, reference: Co
 
 
 def main(cfg: JudgeJobConfig) -> dict:
-    """Run (or resume) the judge over every shard; returns the result also written to result.json."""
+    """Run (or resume) the judge over every shard; returns the result also written to result.json.
+
+    When calls failed after their retries the result has ``complete: False``, no result.json is
+    written, and the failed calls are listed under ``failures/``: rerun the same config to retry
+    exactly them. Raises :class:`JudgeStopped` when the judge refused as misconfigured (401/403/404).
+    """
     out = Path(cfg.out_dir)
     audit_dir = out / "audit"
     audit_dir.mkdir(parents=True, exist_ok=True)
     _check_fingerprint(cfg, audit_dir)
     dump_config(cfg, out / "config.yaml")
+    for stale in out.rglob(".*.tmp-*"):  # half-written files of a killed run: never read, drop them
+        stale.unlink(missing_ok=True)
     images = {im["image_id"]: im for im in _load_images(cfg)}
     n_boxes = {i: len(im["boxes"]) for i, im in images.items()}
     preds = {s.name: _load_predictions(s, n_boxes) for s in cfg.systems}
     plan = shard_plan(list(images), cfg.images_per_shard)
-    ran = _run_shards(cfg, plan, images, preds, audit_dir)
-    wanted = {f"{name}.parquet" for name, _ in plan}
-    table = pa.concat_tables([pq.read_table(audit_dir / f, schema=AUDIT_SCHEMA) for f in sorted(wanted)])
+    for name, _ in plan:  # a run killed between writing a shard's audit and dropping its state left these
+        audit, fail, pending = shard_files(out, name)
+        if audit.exists():
+            fail.unlink(missing_ok=True)
+            pending.unlink(missing_ok=True)
+    progress = _CallProgress(run_name("judge", cfg.out_dir))
+    ran = _run_shards(cfg, plan, images, preds, progress)
+    fails = read_failures(out, [shard_files(out, name)[1] for name, _ in plan])
+    run = {"vlm": progress.stats(), "calls_made": sum(r["made"] for r in ran),
+           "calls_retried": progress.retried, "answers_kept": sum(r["kept"] for r in ran)}
+    shards = {"planned": len(plan), "ran": len(ran), "skipped": len(plan) - len(ran),
+              "incomplete": len({f for f in fails.column("shard").to_pylist()})}
+    print(f"[{progress.name}] this run: {progress.line()}; {run['answers_kept']} answers kept from earlier runs", flush=True)
+    fatal = [f for f in fails.to_pylist() if f["kind"] in STOP_KINDS]
+    if fatal:
+        raise JudgeStopped(f"judge stopped: {fatal[0]['message']}. {len(plan) - shards['incomplete']} shards are "
+                           f"complete under {audit_dir}; {fails.num_rows} calls are listed in {out / 'failures'}. Fix "
+                           f"the cause and rerun the same command: it judges only what is missing")
+    if fails.num_rows:
+        for name in ("result.json", "table.md"):  # a partial audit scores nothing
+            (out / name).unlink(missing_ok=True)
+        print(f"[{progress.name}] INCOMPLETE: {fails.num_rows} judge calls failed after their retries "
+              f"({dict(Counter(fails.column('kind').to_pylist()))}) in {shards['incomplete']} shards; listed in "
+              f"{out / 'failures'}; rerun the same command to retry exactly those calls", flush=True)
+        return {"complete": False, "shards": shards, "run": run, "failures": fails.num_rows}
+    table = pa.concat_tables([pq.read_table(shard_files(out, name)[0], schema=AUDIT_SCHEMA) for name, _ in plan])
     result = summarise(cfg, table.to_pylist(), images, _reference_counts(cfg))
-    result["shards"] = {"planned": len(plan), "ran": len(ran), "skipped": len(plan) - len(ran)}
+    result.update(complete=True, shards=shards, run=run)
     (out / "result.json").write_text(json.dumps(result, indent=1, default=_json_default))
     (out / "table.md").write_text(table7_markdown(result))
     return result
@@ -406,4 +549,6 @@ if __name__ == "__main__":
     import eval_jobs.judge as _job
 
     _res = _job.main(parse_job_args(_job.JudgeJobConfig, description="A5: judged graph quality (Eq. 4) with controls"))
+    if not _res["complete"]:
+        raise SystemExit(3)  # failed calls are listed; a nonzero exit makes the job show it
     print(table7_markdown(_res))

@@ -35,7 +35,7 @@ from relate.gate import BoxTable, Candidates, GateConfig, balance_relations
 from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA, to_table, validate_corpus, validate_rejections
 
 __all__ = ["FAILURES_SCHEMA", "ShardPaths", "shard_paths", "atomic_write", "balance_shard", "write_shard",
-           "load_pending", "read_failures", "NOT_RUN"]
+           "load_pending", "read_pending", "write_incomplete", "read_failures", "NOT_RUN"]
 
 FAILURES_SCHEMA = pa.schema([
     pa.field("image_id", pa.string(), nullable=False),
@@ -45,6 +45,7 @@ FAILURES_SCHEMA = pa.schema([
     pa.field("kind", pa.string(), nullable=False),
     pa.field("message", pa.string(), nullable=False),
     pa.field("attempts", pa.int32(), nullable=False),
+    pa.field("call_id", pa.string(), nullable=True),  # the judge job's audit call id (annotation: null, one call per image and pass)
 ])
 _PENDING_SCHEMA = pa.schema([pa.field("image_id", pa.string(), nullable=False),
                              pa.field("failed", pa.bool_(), nullable=False),
@@ -112,7 +113,7 @@ def _failure_rows(shard: str, rows: list[dict]) -> list[dict]:
     for r in rows:
         f = json.loads(r["failure_json"])
         out.append(dict(image_id=r["image_id"], uri=r["uri"], shard=shard, kind=f["kind"], message=f.get("message", ""),
-                        attempts=int(f.get("attempts", 0)), **{"pass": f["pass"]}))
+                        attempts=int(f.get("attempts", 0)), call_id=None, **{"pass": f["pass"]}))
     return out
 
 
@@ -123,12 +124,9 @@ def write_shard(out: Path, shard: str, rows: list[dict], gate: GateConfig) -> bo
     paths = shard_paths(out, shard)
     failed = [r for r in rows if r.get("failure_json")]
     if failed:
-        fail = pa.Table.from_pylist(_failure_rows(shard, failed), schema=FAILURES_SCHEMA)
-        state = pa.Table.from_pylist([dict(image_id=r["image_id"], failed=bool(r.get("failure_json")),
-                                           row_json=json.dumps({k: v for k, v in r.items() if not isinstance(v, bytes)}))
-                                      for r in rows], schema=_PENDING_SCHEMA)
-        atomic_write(paths.failures, lambda p: pq.write_table(fail, p))
-        atomic_write(paths.pending, lambda p: pq.write_table(state, p))  # last: what a rerun resumes from
+        write_incomplete(paths.failures, paths.pending, _failure_rows(shard, failed),
+                         [(r["image_id"], bool(r.get("failure_json")), {k: v for k, v in r.items() if not isinstance(v, bytes)})
+                          for r in rows])
         return False
     readable = [r for r in rows if not r.get("image_error")]
     balance_shard(readable, shard, gate)
@@ -147,17 +145,40 @@ def write_shard(out: Path, shard: str, rows: list[dict], gate: GateConfig) -> bo
     return True
 
 
+def write_incomplete(failures: Path, pending: Path, failure_rows: list[dict], state: list[tuple[str, bool, dict]]) -> None:
+    """An incomplete shard (the annotation and the judge job alike): its failed calls
+    (FAILURES_SCHEMA rows, for people) and its state, one ``(image_id, failed, row)`` per unit of
+    work with ``row`` JSON-able; the state is written last and is what a rerun resumes from."""
+    fail = pa.Table.from_pylist(failure_rows, schema=FAILURES_SCHEMA)
+    table = pa.Table.from_pylist([dict(image_id=i, failed=f, row_json=json.dumps(r)) for i, f, r in state],
+                                 schema=_PENDING_SCHEMA)
+    atomic_write(failures, lambda p: pq.write_table(fail, p))
+    atomic_write(pending, lambda p: pq.write_table(table, p))  # last: what a rerun resumes from
+
+
+def read_pending(path: Path) -> list[dict] | None:
+    """The rows of a pending-state file (None when there is none)."""
+    if not Path(path).exists():
+        return None
+    return [json.loads(s) for s in pq.read_table(path, columns=["row_json"]).column("row_json").to_pylist()]
+
+
 def load_pending(out: Path, shard: str) -> list[dict] | None:
     """The rows an earlier run left for an incomplete shard (None when it left none)."""
-    p = shard_paths(out, shard).pending
-    if not p.exists():
-        return None
-    return [json.loads(s) for s in pq.read_table(p, columns=["row_json"]).column("row_json").to_pylist()]
+    return read_pending(shard_paths(out, shard).pending)
 
 
-def read_failures(out: Path) -> pa.Table:
-    """Every outstanding failed call of the run (empty table when there is none)."""
-    files = sorted((Path(out) / "failures").rglob("*.parquet"))
+def _as_failures(t: pa.Table) -> pa.Table:
+    for f in FAILURES_SCHEMA:  # files written before a nullable column existed
+        if f.name not in t.column_names and f.nullable:
+            t = t.append_column(f.name, pa.nulls(t.num_rows, f.type))
+    return t.select(FAILURES_SCHEMA.names).cast(FAILURES_SCHEMA)
+
+
+def read_failures(out: Path, files: list[Path] | None = None) -> pa.Table:
+    """Every outstanding failed call of the run (``files``: only those failure files that exist;
+    empty table when there is none)."""
+    files = sorted((Path(out) / "failures").rglob("*.parquet")) if files is None else [f for f in files if f.exists()]
     if not files:
         return FAILURES_SCHEMA.empty_table()
-    return pa.concat_tables([pq.read_table(f).cast(FAILURES_SCHEMA) for f in files])
+    return pa.concat_tables([_as_failures(pq.read_table(f)) for f in files])

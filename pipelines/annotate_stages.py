@@ -36,7 +36,7 @@ from relate.prompts import draft_list, load_prompt, object_list
 from relate.schema import BOX_TYPE, PASSES, REJECTION_TYPE, RELATION_TYPE
 
 __all__ = ["MarkStage", "PromptStage", "GenerateStage", "ParseStage", "PassesStage", "GateStage", "rows_to_table",
-           "merge_counters", "VLM_PASSES", "UNAVAILABLE", "CONFIG_ERROR", "STOP_KINDS", "image_rejection"]
+           "merge_counters", "call_outcomes", "VLM_PASSES", "UNAVAILABLE", "CONFIG_ERROR", "STOP_KINDS", "image_rejection"]
 
 VLM_PASSES = ("semantic", "grow", "spatial")
 _EXTRA_TYPES = {"image_png": pa.binary(), "prompt": pa.string(), TEXT_COLUMN: pa.string(),
@@ -170,6 +170,24 @@ class PromptStage:
         return rows_to_table(rows, batch.schema)
 
 
+def call_outcomes(backend, reqs: Sequence[VLMRequest]) -> list[VLMOutcome]:
+    """How each call ended, for any backend with ``generate``: per-call retries and failures where the
+    backend reports them (HTTP: ``generate_outcomes``; a 401/403/404 is a CONFIG_ERROR failure of
+    every call), else its answers, or a ``backend_error`` failure of every call when it raised.
+    Shared by the annotation passes and the judge job."""
+    if hasattr(backend, "generate_outcomes"):  # per-call retries and failures (HTTP)
+        from actors.vlm.http import HTTPBackendError
+
+        try:
+            return backend.generate_outcomes(reqs)
+        except HTTPBackendError as exc:
+            return [VLMOutcome(None, 1, CONFIG_ERROR, str(exc)[:500]) for _ in reqs]
+    try:
+        return [VLMOutcome(t) for t in backend.generate(reqs)]
+    except Exception as exc:  # noqa: BLE001 - an engine error fails these calls, recorded, not the run
+        return [VLMOutcome(None, 1, "backend_error", f"{type(exc).__name__}: {exc}"[:500]) for _ in reqs]
+
+
 class GenerateStage:
     """Call the configured backend once per batch (needs ``image_png, prompt``; adds ``vlm_text``).
 
@@ -192,17 +210,7 @@ class GenerateStage:
     def _outcomes(self, reqs: list[VLMRequest]) -> list[VLMOutcome]:
         if self.breaker is not None and self.breaker.tripped:
             return [VLMOutcome(None, 0, UNAVAILABLE, self.breaker.tripped) for _ in reqs]
-        if hasattr(self.backend, "generate_outcomes"):  # per-call retries and failures (HTTP)
-            from actors.vlm.http import HTTPBackendError
-
-            try:
-                return self.backend.generate_outcomes(reqs)
-            except HTTPBackendError as exc:
-                return [VLMOutcome(None, 1, CONFIG_ERROR, str(exc)[:500]) for _ in reqs]
-        try:
-            return [VLMOutcome(t) for t in self.backend.generate(reqs)]
-        except Exception as exc:  # noqa: BLE001 - an engine error fails these calls, recorded, not the run
-            return [VLMOutcome(None, 1, "backend_error", f"{type(exc).__name__}: {exc}"[:500]) for _ in reqs]
+        return call_outcomes(self.backend, reqs)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()

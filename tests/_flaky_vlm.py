@@ -15,19 +15,23 @@ number for that content:
 
 Every answer carries an OpenAI ``usage`` object with token counts derived from the content
 (``usage_for``), recorded in ``usage_sent``; ``usage=False`` leaves it out (a server that
-reports none). ``mode="clean"`` answers everything. ``dead_after`` makes every request after that many fail
+reports none). ``answer`` replaces :func:`answer_for` (e.g. the judge job's yes/no verdicts);
+``seen`` maps each content key to the request's (prompt, sha1 of the PNG bytes), so a test can
+tell which of its calls the server was asked. ``mode="clean"`` answers everything. ``dead_after`` makes every request after that many fail
 with 503 (a VLM that goes down). At most ``max_requests`` requests are served; more is a test
 bug and answers 500 with ``overflow`` set.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 __all__ = ["FlakyVLM", "flaky_vlm"]
@@ -64,6 +68,8 @@ class FlakyVLM:
     dead_after: int | None = None
     max_requests: int = 3000
     usage: bool = True
+    answer: Callable[[str, str], str] | None = None    # (prompt, key) -> answer text; default answer_for
+    seen: dict = field(default_factory=dict)          # key -> (prompt, sha1 of the PNG bytes)
     usage_sent: list = field(default_factory=list)    # (phase, key, prompt_tokens, completion_tokens) per answer
     attempts: dict = field(default_factory=dict)      # key -> attempts so far
     hard_keys: set = field(default_factory=set)       # keys first seen while hard was on
@@ -134,6 +140,9 @@ def _handler(state: FlakyVLM):
             url = next(c["image_url"]["url"] for c in content if c["type"] == "image_url")
             prompt = next(c["text"] for c in content if c["type"] == "text")
             key = hashlib.sha256((url + "\n" + prompt).encode()).hexdigest()[:16]
+            png = base64.b64decode(url.split(",", 1)[1])
+            with state.lock:
+                state.seen[key] = (prompt, hashlib.sha1(png).hexdigest())
             _, outcome = state.decide(key)
             if outcome == "timeout":
                 time.sleep(state.timeout_sleep_s)
@@ -143,7 +152,7 @@ def _handler(state: FlakyVLM):
             if outcome.startswith("http_") or outcome == "overflow":
                 code = int(outcome[5:]) if outcome.startswith("http_") else 500
                 return self._send(code, json.dumps({"error": outcome}).encode())
-            msg = {"role": "assistant", "content": answer_for(prompt, key)}
+            msg = {"role": "assistant", "content": (state.answer or answer_for)(prompt, key)}
             reply = {"id": key, "object": "chat.completion", "model": body.get("model"),
                      "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]}
             if state.usage:

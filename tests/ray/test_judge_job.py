@@ -1,5 +1,6 @@
-"""eval_jobs.judge end to end on the synthetic world: scripted judge (resumable shards) and a tiny
-random-weight transformers VLM (verdicts meaningless, plumbing real)."""
+"""eval_jobs.judge end to end on the synthetic world: scripted judge (resumable shards), a real
+local OpenAI-compatible server that fails a share of calls (failures listed, a rerun retries
+exactly them), and a tiny random-weight transformers VLM (verdicts meaningless, plumbing real)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from _flaky_vlm import flaky_vlm
 from eval_jobs.judge import JudgeJobConfig, load_a5, load_audit, main
+from pipelines.annotate_shards import read_failures
 from relate.judge.synthetic_systems import write_synthetic_systems
 
 
@@ -47,7 +50,7 @@ def _cfg(world, out, **kw):
 def test_scripted_judge_run_writes_audit_and_resumes(ray_session, world, tmp_path):
     cfg = _cfg(world, tmp_path / "run")
     first = main(cfg)
-    assert first["shards"] == {"planned": 2, "ran": 2, "skipped": 0}
+    assert first["shards"] == {"planned": 2, "ran": 2, "skipped": 0, "incomplete": 0} and first["complete"]
     audit = load_audit(cfg.out_dir).to_pylist()
     assert len(audit) == first["calls"]["total"] > 0 and first["calls"]["unparseable"] == 0
     rel = [r for r in audit if r["arm"] == "relation"]
@@ -61,11 +64,81 @@ def test_scripted_judge_run_writes_audit_and_resumes(ray_session, world, tmp_pat
     shard = sorted((tmp_path / "run" / "audit").glob("shard-*.parquet"))[1]
     shard.unlink()
     second = main(cfg)
-    assert second["shards"] == {"planned": 2, "ran": 1, "skipped": 1}
+    assert second["shards"] == {"planned": 2, "ran": 1, "skipped": 1, "incomplete": 0}
     assert second["relation"] == first["relation"] and second["a5"] == first["a5"]
     saved = json.loads((tmp_path / "run" / "result.json").read_text())
     if saved["graph"]["certified"]:
         assert load_a5(tmp_path / "run", "noisy") == pytest.approx(first["a5"]["noisy"])
+
+
+def _verdicts(prompt: str, key: str) -> str:
+    """The server's judge answers: a verdict for either arm, a pure function of the request content."""
+    h = int(key, 16)
+    return "Looking at the image. " + json.dumps({"answer": "yes" if h % 3 else "no",
+                                                  "better": ("first", "second", "tie")[h % 3]})
+
+
+def _http_judge(url: str) -> dict:
+    # client timeout 1.5 s against the server's 2.5 s stall: far above a normal answer's time on a
+    # loaded machine, so a retry never overtakes its own slow first attempt at the server
+    return {"backend": "openai", "openai": {"base_url": url, "max_retries": 1, "backoff_s": 0.01, "timeout_s": 1.5,
+                                            "max_concurrency": 4}}
+
+
+@pytest.mark.slow
+def test_flaky_judge_server_failures_are_listed_and_a_rerun_retries_exactly_them(ray_session, world, tmp_path, capsys):
+    kw = dict(max_images=4, images_per_shard=2, graph={"votes": 1})
+    with flaky_vlm(mode="clean", answer=_verdicts) as clean:
+        ref = main(_cfg(world, tmp_path / "clean", use_ray=False, judge=_http_judge(clean.url), **kw))
+    assert ref["complete"] and ref["calls"]["unparseable"] == 0 and ref["run"]["vlm"]["failed_calls"] == {}
+    total = ref["calls"]["total"]
+    with flaky_vlm(timeout_sleep_s=2.5, answer=_verdicts) as srv:
+        cfg = _cfg(world, tmp_path / "flaky", judge=_http_judge(srv.url), **kw)
+        out = Path(cfg.out_dir)
+        first = main(cfg)
+        fails = read_failures(out).to_pylist()
+        assert not first["complete"] and first["failures"] == len(fails) > 0
+        assert not (out / "result.json").exists()  # a partial audit scores nothing
+        assert {f["kind"] for f in fails} <= {"http_503", "malformed_response", "timeout"} and len({f["kind"] for f in fails}) >= 2
+        assert all(f["attempts"] == 2 and f["message"] and f["pass"] in ("judge_relation", "judge_graph") for f in fails)
+        failed_ids = {f["call_id"] for f in fails}
+        assert len(failed_ids) == len(fails)
+        run = first["run"]
+        assert run["calls_made"] == total and run["vlm"]["calls"] == total and run["vlm"]["retries"] > 0
+        assert sum(run["vlm"]["outstanding_failures"].values()) == len(fails) == sum(run["vlm"]["failed_calls"].values())
+        assert "INCOMPLETE" in capsys.readouterr().out
+        # every call is answered (in an audit shard or kept as pending) or listed with its failure
+        audited = {i for p in (out / "audit").glob("shard-*.parquet") for i in pq.read_table(p).column("call_id").to_pylist()}
+        pending = [json.loads(r) for p in (out / "pending").glob("*.parquet") for r in pq.read_table(p).column("row_json").to_pylist()]
+        assert {r["call_id"] for r in pending if "failure" in r} == failed_ids
+        assert len(audited) + len(pending) == total and not audited & {r["call_id"] for r in pending}
+
+        srv.phase, srv.hard = 2, False
+        second = main(cfg)
+        assert second["complete"] and read_failures(out).num_rows == 0
+        assert second["run"]["calls_made"] == second["run"]["calls_retried"] == len(fails)
+        assert second["run"]["answers_kept"] == total - len(fails) - len(audited)
+        assert second["run"]["vlm"]["outstanding_failures"] == {}
+        assert "retried from earlier runs" in capsys.readouterr().out
+        # at the server: the rerun asked for exactly the failed calls' content, nothing answered before
+        key_of = {v: k for k, v in srv.seen.items()}
+        audit = load_audit(out).to_pylist()
+        assert len(audit) == total
+        failed_keys = {key_of[(a["prompt"], a["image_sha1"])] for a in audit if a["call_id"] in failed_ids}
+        assert srv.requested(2) == failed_keys
+        assert not srv.overflow
+    assert not list((out / "pending").glob("*.parquet")) and not list((out / "failures").glob("*.parquet"))
+    # the final audit and every number equal a clean run's, shard for shard
+    names = sorted(p.name for p in (tmp_path / "clean" / "audit").glob("shard-*.parquet"))
+    assert names == sorted(p.name for p in (out / "audit").glob("shard-*.parquet"))
+    for name in names:
+        assert pq.read_table(tmp_path / "clean" / "audit" / name).equals(pq.read_table(out / "audit" / name)), name
+    def scored(run_dir: Path) -> str:  # result.json less this run's call counts and shard bookkeeping (as text: NaN == NaN)
+        res = json.loads((run_dir / "result.json").read_text())
+        return json.dumps({k: v for k, v in res.items() if k not in ("run", "shards")}, sort_keys=True)
+
+    assert scored(out) == scored(tmp_path / "clean") and second["a5"] == ref["a5"]
+    assert (out / "table.md").read_text() == (tmp_path / "clean" / "table.md").read_text()
 
 
 def _tiny_vlm(path: Path) -> str:

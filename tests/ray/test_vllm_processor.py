@@ -138,34 +138,45 @@ def test_judge_vllm_processor_up_to_the_engine(ray_session, world, tmp_path, tin
     import zlib
 
     from eval_jobs.judge import load_audit, main as judge_main
+    from pipelines.annotate_shards import read_failures
 
-    record = tmp_path / "engine"
+    record, healed = tmp_path / "engine", tmp_path / "healed"
 
-    def failing(row: dict) -> str | None:  # about one call in four, chosen by id
-        return "engine rejected the request" if zlib.crc32(row["call_id"].encode()) % 4 == 0 else None
+    def failing(row: dict) -> str | None:  # about one call in four, chosen by id, until the engine is healed
+        bad = zlib.crc32(row["call_id"].encode()) % 4 == 0 and not healed.exists()
+        return "engine rejected the request" if bad else None
 
     seen = fake.install(monkeypatch, record, lambda row, prompt: 'ok {"answer": "yes"}', fail=failing)
     cfg = judge_cfg(world, tmp_path / "run", max_images=2, relation={"depths": ["matched"], "matched_k": 3},
                     graph={"enabled": False}, a5_requires_certification=False,
                     resources={"num_cpus": 0.05, "num_gpus": 0.5},
                     judge={"backend": "vllm", "vllm": {"model_source": tiny_model, "sampling": SAMPLING}})
-    res = judge_main(cfg)
+    first = judge_main(cfg)
     assert [s["stage"] for s in seen if "stage" in s] == ["ChatTemplateStage", "TokenizeStage", "vLLMEngineStage",
                                                           "DetokenizeStage"]
     assert [s["asked"] for s in seen if "asked" in s] == [{"num_gpus": 0.5, "num_cpus": 0.05, "resources": None,
                                                            "accelerator_type": None}]
     reqs = fake.read_requests(record)
     _check_requests(reqs, tiny_model, load_prompt("system_judge").text, record)
+    # an engine error is a recorded failure (kind, message, attempts), not an empty answer; its shard is not done
+    fails = read_failures(Path(cfg.out_dir)).to_pylist()
+    failed = {r["row_id"] for r in reqs if r["failed"]}
+    assert failed and len(failed) < len(reqs) and not first["complete"]
+    assert sorted(f["call_id"] for f in fails) == sorted(failed)
+    assert all(f["kind"] == "engine_error" and f["attempts"] == 1 and "engine rejected" in f["message"] for f in fails)
+    assert first["run"]["vlm"]["failed_calls"] == {"engine_error": len(failed)} == first["run"]["vlm"]["outstanding_failures"]
+    # the rerun sends the engine exactly the failed calls and writes every answer
+    healed.touch()
+    before = {r["key"] for r in reqs}
+    res = judge_main(cfg)
+    again = [r for r in fake.read_requests(record) if r["key"] not in before]
+    assert sorted(r["row_id"] for r in again) == sorted(failed) and not any(r["failed"] for r in again)
+    assert res["complete"] and res["run"]["calls_made"] == res["run"]["calls_retried"] == len(failed)
     audit = load_audit(cfg.out_dir).to_pylist()
     assert len(audit) == res["calls"]["total"] == len(reqs) > 0
     by_id = {r["row_id"]: r for r in reqs}
-    failed = [a for a in audit if failing({"call_id": a["call_id"]})]
-    assert failed and len(failed) < len(audit)
     for a in audit:
         # the engine got this call's own prompt text, after the system turn
         assert a["prompt"] in by_id[a["call_id"]]["prompt"]
-        if a in failed:  # an engine error is recorded as no answer, not as an empty one
-            assert a["raw_answer"] is None and a["verdict"] is None
-        else:
-            assert a["raw_answer"] == 'ok {"answer": "yes"}' and a["verdict"] == "yes"
-    assert res["calls"]["unparseable"] == len(failed)
+        assert a["raw_answer"] == 'ok {"answer": "yes"}' and a["verdict"] == "yes"
+    assert res["calls"]["unparseable"] == 0

@@ -1,4 +1,5 @@
-"""eval_jobs.judge without Ray: config errors, shard names, an in-process run, the plain rendering."""
+"""eval_jobs.judge without Ray: config errors, shard names, an in-process run, the plain rendering, a
+misconfigured judge server."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from eval_jobs.judge import JudgeJobConfig, load_a5, main, shard_plan
+from _flaky_vlm import flaky_vlm
+from eval_jobs.judge import JudgeJobConfig, JudgeStopped, load_a5, main, shard_plan
 from relate.judge.protocol import render_relation
 from relate.judge.synthetic_systems import write_synthetic_systems
 
@@ -94,3 +96,16 @@ def test_in_process_run_and_missing_predictions(small_world, tmp_path):
     bad = cfg.model_copy(update={"systems": [cfg.systems[0].model_copy(update={"predictions": str(tmp_path / "nope.parquet")})]})
     with pytest.raises(FileNotFoundError, match="nope.parquet"):
         main(bad.model_copy(update={"out_dir": str(tmp_path / "r2")}))
+
+
+def test_a_judge_server_that_refuses_every_call_stops_the_run_naming_the_cause(small_world, tmp_path):
+    root, paths = small_world
+    with flaky_vlm(mode="clean") as srv:  # a wrong route answers 404: a wrong base_url, no call can succeed
+        cfg = JudgeJobConfig(out_dir=str(tmp_path / "r"), corpus=str(root), split="train", max_images=2,
+                             use_ray=False, a5_requires_certification=False, graph={"enabled": False},
+                             systems=[{"name": "noisy", "predictions": paths["noisy_truth"], "threshold": 0.5}],
+                             judge={"backend": "openai", "openai": {"base_url": srv.url + "/wrong", "backoff_s": 0.0}})
+        with pytest.raises(JudgeStopped, match="HTTP 404.*rerun the same command"):
+            main(cfg)
+        assert not srv.log  # the requests went to the wrong route: nothing was judged
+    assert list((tmp_path / "r" / "failures").glob("*.parquet")) and not (tmp_path / "r" / "result.json").exists()
