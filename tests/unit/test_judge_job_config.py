@@ -109,3 +109,38 @@ def test_a_judge_server_that_refuses_every_call_stops_the_run_naming_the_cause(s
             main(cfg)
         assert not srv.log  # the requests went to the wrong route: nothing was judged
     assert list((tmp_path / "r" / "failures").glob("*.parquet")) and not (tmp_path / "r" / "result.json").exists()
+
+
+def test_a_rerun_killed_after_writing_an_audit_neither_loses_nor_repeats_a_call(small_world, tmp_path):
+    """Failed judge calls, then a rerun killed between writing a shard's audit and dropping its
+    pending state and failures: the next run keeps the audit, drops the stale state, asks nothing."""
+    import shutil
+
+    from eval_jobs.judge import load_audit
+    from pipelines.annotate_shards import read_failures
+
+    root, paths = small_world
+    with flaky_vlm(timeout_sleep_s=2.5) as srv:
+        cfg = JudgeJobConfig(out_dir=str(tmp_path / "r"), corpus=str(root), split="train", max_images=2,
+                             use_ray=False, a5_requires_certification=False, graph={"enabled": False},
+                             systems=[{"name": "noisy", "predictions": paths["noisy_truth"], "threshold": 0.5}],
+                             judge={"backend": "openai", "openai": {"base_url": srv.url, "max_retries": 1,
+                                                                    "backoff_s": 0.0, "timeout_s": 1.5}})
+        out = tmp_path / "r"
+        first = main(cfg)
+        assert not first["complete"] and read_failures(out).num_rows == first["failures"] > 0
+        shutil.copytree(out / "pending", tmp_path / "pending")
+        shutil.copytree(out / "failures", tmp_path / "failures")
+        srv.phase, srv.hard = 2, False
+        second = main(cfg)
+        assert second["complete"] and second["run"]["calls_made"] == first["failures"]
+        audit = load_audit(out)
+        for name in ("pending", "failures"):  # what the killed run had not dropped yet
+            shutil.rmtree(out / name)
+            shutil.copytree(tmp_path / name, out / name)
+        srv.phase = 3
+        third = main(cfg)
+        assert third["complete"] and third["shards"]["ran"] == 0 and third["run"]["calls_made"] == 0
+        assert not srv.requested(3) and read_failures(out).num_rows == 0
+        assert not list((out / "pending").glob("*.parquet")) and load_audit(out).equals(audit)
+        assert third["a5"] == second["a5"] and third["calls"] == second["calls"]
