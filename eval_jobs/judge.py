@@ -532,6 +532,9 @@ def main(cfg: JudgeJobConfig) -> dict:
 def load_a5(path: str | Path, system: str) -> float | None:
     """The A5 cell of ``system`` from a judge run (folder or result.json): null when not scored."""
     p = Path(path)
+    if p.is_dir() and not (p / "result.json").exists() and list((p / "failures").glob("*.parquet")):
+        raise FileNotFoundError(f"judge run {p} is incomplete: {read_failures(p).num_rows} failed calls are listed in "
+                                f"{p / 'failures'}; rerun the judge with the same config to retry them")
     result = json.loads((p / "result.json" if p.is_dir() else p).read_text())
     if system not in result["a5"]:
         raise KeyError(f"system {system!r} not in judge run {path}; have {sorted(result['a5'])}")

@@ -129,6 +129,8 @@ def test_a_rerun_killed_after_writing_an_audit_neither_loses_nor_repeats_a_call(
         out = tmp_path / "r"
         first = main(cfg)
         assert not first["complete"] and read_failures(out).num_rows == first["failures"] > 0
+        with pytest.raises(FileNotFoundError, match="incomplete.*rerun the judge"):
+            load_a5(out, "noisy")
         shutil.copytree(out / "pending", tmp_path / "pending")
         shutil.copytree(out / "failures", tmp_path / "failures")
         srv.phase, srv.hard = 2, False
