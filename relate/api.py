@@ -25,7 +25,7 @@ from relate.schema import PREDICTIONS_SCHEMA
 
 __all__ = ["RelationPredictor", "load_model", "prepare_image", "ImageScores", "RUNTIMES"]
 
-RUNTIMES = ("torch", "onnxruntime")
+RUNTIMES = ("torch", "onnxruntime", "openvino")
 
 
 def _as_array(image) -> np.ndarray:
@@ -142,9 +142,11 @@ class RelationPredictor:
     """A trained model, its text encoder and bank, and its calibration, ready to score images."""
 
     def __init__(self, model: RelationModel, bank, calibration: Calibration = Calibration(),
-                 device: str = "cpu", batch_size: int = 8, runtime: str = "torch", onnx_path=None) -> None:
+                 device: str = "cpu", batch_size: int = 8, runtime: str = "torch", onnx_path=None,
+                 ir_path=None) -> None:
         self.model = model.to(device).eval()
-        # runtime "onnxruntime": the forward runs the exported graph (relate.export), vocabulary as input
+        # runtime "onnxruntime" | "openvino": the forward runs the exported graph (relate.export), vocabulary
+        # as input; both sessions answer run(output_names, feed)
         self.runtime = runtime
         self._session = None
         if runtime == "onnxruntime":
@@ -153,6 +155,12 @@ class RelationPredictor:
             if onnx_path is None:
                 raise ValueError("runtime 'onnxruntime' needs the exported model (relate export --format onnx)")
             self._session = onnx_session(onnx_path)
+        elif runtime == "openvino":
+            from relate.export import openvino_session
+
+            if ir_path is None:
+                raise ValueError("runtime 'openvino' needs the exported model (relate export --format openvino)")
+            self._session = openvino_session(ir_path)
         elif runtime != "torch":
             raise ValueError(f"runtime must be one of {list(RUNTIMES)}, got {runtime!r}")
         self.device = device
@@ -252,7 +260,7 @@ class RelationPredictor:
                     masks[k, i, y1:max(y2, y1 + 1), x1:max(x2, x1 + 1)] = 1
         if self._session is not None:
             if masks is not None:
-                raise ValueError("the onnxruntime runtime scores boxes only; use runtime 'torch' for masks")
+                raise ValueError(f"the {self.runtime} runtime scores boxes only; use runtime 'torch' for masks")
             from relate.export import run_onnx
 
             pairs, ok_all, logits, l_pair, z_spa, z_sem = run_onnx(self._session, imgs, boxes, valid, bank_np)
@@ -334,14 +342,17 @@ class RelationPredictor:
 
 
 def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8, filesystem=None,
-               runtime: str = "torch", onnx_path: str | Path | None = None) -> RelationPredictor:
+               runtime: str = "torch", onnx_path: str | Path | None = None,
+               ir_path: str | Path | None = None) -> RelationPredictor:
     """Load a checkpoint (config, weights, bank, calibration) into a predictor, from a local folder or
     a URI string (``s3://``, ``gs://``, ``file://``: see ``relate.checkpoint.load_checkpoint`` and, for
     endpoints and credentials, ``relate.storage``), file digests verified. With a pyarrow ``filesystem``
     (e.g. a Ray Train checkpoint's), ``source`` is a path on it.
 
     ``runtime="onnxruntime"`` runs the forward through the graph ``relate export`` wrote (``onnx_path``,
-    default ``<folder>/relation.onnx``), refused when it was exported from other weights."""
+    default ``<folder>/relation.onnx``), refused when it was exported from other weights; ``runtime="openvino"``
+    runs the OpenVINO IR ``relate export --format openvino`` wrote (``ir_path``, default
+    ``<folder>/relation.xml``) in exact fp32, refused likewise."""
     from relate.checkpoint import load_checkpoint
 
     ck = load_checkpoint(source, map_location="cpu", filesystem=filesystem)
@@ -350,5 +361,10 @@ def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8, fil
 
         onnx_path = Path(onnx_path) if onnx_path is not None else default_onnx_path(source)
         check_onnx_matches(onnx_path, source)
+    elif runtime == "openvino":
+        from relate.export import check_ir_matches, default_ir_path
+
+        ir_path = Path(ir_path) if ir_path is not None else default_ir_path(source)
+        check_ir_matches(ir_path, source)
     return RelationPredictor(ck.model, ck.bank, ck.calibration, device=device, batch_size=batch_size,
-                             runtime=runtime, onnx_path=onnx_path)
+                             runtime=runtime, onnx_path=onnx_path, ir_path=ir_path)

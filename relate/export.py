@@ -1,4 +1,5 @@
-"""Export the relation model to ONNX and run it with onnxruntime (``relate export``, ``runtime="onnxruntime"``).
+"""Export the relation model to ONNX or OpenVINO IR and run it with onnxruntime or OpenVINO
+(``relate export``, ``runtime="onnxruntime" | "openvino"``).
 
 The exported graph is the whole forward of ``RelationModel`` (backbone, pair sampler, pair
 transformer, two-branch head) with the vocabulary as an input: ``bank`` is the (V, text_dim)
@@ -14,6 +15,15 @@ dynamic; the image side is the checkpoint's ``img_size``.
 The file records the sha256 of the checkpoint's ``model.safetensors`` (metadata
 ``weights_sha256``), and ``relate.api.load_model(..., runtime="onnxruntime")`` refuses a graph
 exported from other weights. Masks as regions are a torch-runtime feature.
+
+OpenVINO IR (``relate export --format openvino``, ``<checkpoint>/relation.xml`` + ``.bin``) is the
+same ONNX graph read by OpenVINO's ONNX front end and saved with fp32 weights (no fp16
+compression), the weights' sha256 in its ``rt_info`` (``relate/weights_sha256``). The OpenVINO
+runtime compiles it for the CPU with inference precision f32 set explicitly (OpenVINO's CPU
+default is bf16 wherever the CPU has bf16 instructions, as this one does) and keeps every
+``Divide`` a division: OpenVINO otherwise rewrites ``x / c`` as ``x * (1/c)``, one ulp off, and
+the box encoder's top Fourier band (``sin(2^15 pi x)``) turns that ulp into score differences of
+2e-4; kept, the scores match torch to about 3e-7.
 """
 
 from __future__ import annotations
@@ -26,9 +36,11 @@ import torch
 from torch import nn
 
 __all__ = ["export_onnx", "export_model", "onnx_session", "run_onnx", "default_onnx_path", "check_onnx_matches", "ONNX_NAME",
-           "INPUTS", "OUTPUTS", "ExportError", "parity_check"]
+           "INPUTS", "OUTPUTS", "ExportError", "parity_check", "export_openvino", "openvino_session", "default_ir_path",
+           "check_ir_matches", "IR_NAME"]
 
 ONNX_NAME = "relation.onnx"
+IR_NAME = "relation.xml"  # OpenVINO IR; the weights go next to it as relation.bin
 INPUTS = ("images", "boxes", "box_valid", "bank")
 OUTPUTS = ("pairs", "pair_valid", "l_pred", "l_pair", "z_spa", "z_sem")
 
@@ -51,6 +63,10 @@ class _Forward(nn.Module):
 
 def default_onnx_path(checkpoint: str | Path) -> Path:
     return Path(checkpoint) / ONNX_NAME
+
+
+def default_ir_path(checkpoint: str | Path) -> Path:
+    return Path(checkpoint) / IR_NAME
 
 
 def _weights_sha256(checkpoint: str | Path) -> str:
@@ -111,6 +127,95 @@ def export_model(model: nn.Module, out: str | Path, weights_sha256: str = "", op
     return out
 
 
+def _openvino():
+    try:
+        import openvino
+    except ImportError as exc:
+        raise ExportError(f"OpenVINO export and runtime 'openvino' need the openvino package ({exc}): install the "
+                          "project's 'openvino' extra: pip install -e '.[openvino]'") from None
+    return openvino
+
+
+def export_openvino(checkpoint: str | Path, out: str | Path | None = None) -> Path:
+    """Write the checkpoint's forward as OpenVINO IR (default ``<checkpoint>/relation.xml`` and ``.bin``),
+    read from the checkpoint's ONNX graph (``relation.onnx`` when it is there and from these weights,
+    otherwise exported to a temporary folder first); returns the path of the ``.xml``."""
+    import tempfile
+
+    ov = _openvino()
+    if not Path(checkpoint).is_dir():
+        raise ExportError(f"{checkpoint}: export needs a local checkpoint folder")
+    out = Path(out) if out is not None else default_ir_path(checkpoint)
+    if out.suffix != ".xml":
+        raise ExportError(f"{out}: an OpenVINO IR file name ends in .xml (the weights go next to it as .bin)")
+    sha = _weights_sha256(checkpoint)
+    with tempfile.TemporaryDirectory(prefix="relate-ir-") as tmp:
+        onnx_path = default_onnx_path(checkpoint)
+        try:
+            check_onnx_matches(onnx_path, checkpoint)
+        except ExportError:  # missing or stale: a fresh graph, not left in the checkpoint
+            onnx_path = export_onnx(checkpoint, Path(tmp) / ONNX_NAME)
+        # Core.read_model is OpenVINO's ONNX front end, what ov.convert_model runs, without its telemetry
+        model = ov.Core().read_model(str(onnx_path))
+        for key, value in (("weights_sha256", sha), ("inputs", json.dumps(INPUTS)), ("outputs", json.dumps(OUTPUTS))):
+            model.set_rt_info(value, ["relate", key])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        ov.save_model(model, str(out), compress_to_fp16=False)  # fp32 weights: the default halves them
+    return out
+
+
+def check_ir_matches(path: str | Path, checkpoint: str | Path) -> None:
+    """Refuse an IR converted from weights other than the checkpoint's."""
+    ov = _openvino()
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError(f"{path}: no exported graph; run: relate export --checkpoint {checkpoint} --format openvino")
+    model = ov.Core().read_model(str(path))
+    key = ["relate", "weights_sha256"]
+    got = model.get_rt_info(key).astype(str) if model.has_rt_info(key) else None
+    want = _weights_sha256(checkpoint)
+    if got != want:
+        raise ExportError(f"{path} was exported from weights with sha256 {str(got)[:12]}, but {checkpoint} has "
+                          f"{want[:12]}; re-run relate export --format openvino")
+
+
+class OpenVINOSession:
+    """A compiled OpenVINO model behind onnxruntime's ``run(output_names, feed)``, so ``run_onnx`` drives
+    either; one infer request, one forward at a time."""
+
+    def __init__(self, compiled) -> None:
+        import threading
+
+        self.compiled = compiled
+        self._request = compiled.create_infer_request()
+        self._lock = threading.Lock()
+
+    def run(self, names, feed) -> list[np.ndarray]:
+        with self._lock:
+            self._request.infer(feed)
+            return [self._request.get_tensor(n).data.copy() for n in names]
+
+
+def openvino_session(path: str | Path, threads: int | None = None, config: dict | None = None) -> OpenVINOSession:
+    """The graph at ``path`` (IR ``.xml``, or the ``.onnx`` itself) compiled for the CPU in exact fp32:
+    inference precision f32, every Divide kept a division; latency hint, ``threads`` inference threads
+    (default torch's). ``config`` adds or overrides CPU plugin properties, except the precision."""
+    ov = _openvino()
+    if not Path(path).is_file():
+        raise ExportError(f"{path}: no exported graph; run: relate export --checkpoint DIR --format openvino")
+    model = ov.Core().read_model(str(path))
+    for op in model.get_ops():
+        if op.get_type_name() == "Divide":  # OpenVINO's ConvertDivide skips nodes that carry this mark
+            op.get_rt_info()["nonconvertable_divide_0"] = True
+    props = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": int(threads or torch.get_num_threads()),
+             **(config or {}), "INFERENCE_PRECISION_HINT": "f32"}
+    compiled = ov.Core().compile_model(model, "CPU", props)
+    got = compiled.get_property("INFERENCE_PRECISION_HINT")
+    if got != ov.Type.f32:
+        raise ExportError(f"OpenVINO compiled {path} with inference precision {got}, not f32")
+    return OpenVINOSession(compiled)
+
+
 def onnx_session(path: str | Path, threads: int | None = None):
     """An onnxruntime CPU session on the exported graph, all graph optimisations on."""
     try:
@@ -149,14 +254,14 @@ def run_onnx(session, images, boxes, box_valid, bank: np.ndarray) -> tuple[np.nd
 
 
 def parity_check(checkpoint: str | Path, onnx_path: str | Path | None = None, vocabulary=None, n_boxes: int = 6,
-                 seed: int = 0) -> float:
-    """Largest |score| difference (Eq. 6, every kept pair x predicate) between onnxruntime and torch on a
-    random image with ``n_boxes`` random boxes; the kept pairs must be the same ones."""
+                 seed: int = 0, runtime: str = "onnxruntime", ir_path: str | Path | None = None) -> float:
+    """Largest |score| difference (Eq. 6, every kept pair x predicate) between ``runtime`` (onnxruntime or
+    openvino) and torch on a random image with ``n_boxes`` random boxes; the kept pairs must be the same ones."""
     from relate.api import load_model
     from relate.model.score import relation_score
 
     ref = load_model(checkpoint)
-    ort = load_model(checkpoint, runtime="onnxruntime", onnx_path=onnx_path)
+    ort = load_model(checkpoint, runtime=runtime, onnx_path=onnx_path, ir_path=ir_path)
     rng = np.random.default_rng(seed)
     h, w = 240, 320
     image = (rng.random((h, w, 3)) * 255).astype(np.uint8)

@@ -27,7 +27,8 @@ Regions come from a boxes file or a detector:
 
 Vocabulary: ``--vocabulary "on,holding,next to"`` (comma-separated), ``--vocabulary-file FILE``
 (one string per line, blank lines and ``#`` comments skipped), or neither for the checkpoint's
-own bank. ``--runtime onnxruntime`` runs the graph written by ``relate export``.
+own bank. ``--runtime onnxruntime`` (or ``openvino``) runs the graph written by ``relate export --format onnx``
+(or ``--format openvino``).
 
 Output, per image, under ``--out`` (default ``relate_out``, mirroring the input folders):
 ``NAME.json`` with the body of ``POST /v1/graph`` (width, height, regions, bank, vocabulary_size,
@@ -208,9 +209,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", default="relate_out", help="output folder (default: relate_out)")
     ap.add_argument("--topk", type=int, default=50, help="triplets kept per graph (default 50)")
     ap.add_argument("--threshold", type=float, default=None, help="keep scores >= this (calibrated checkpoints only)")
-    ap.add_argument("--runtime", choices=["torch", "onnxruntime"], default="torch",
-                    help="forward runtime (onnxruntime: the graph from 'relate export')")
-    ap.add_argument("--onnx", default=None, help="exported graph (default: CHECKPOINT/relation.onnx)")
+    ap.add_argument("--runtime", choices=["torch", "onnxruntime", "openvino"], default="torch",
+                    help="forward runtime (onnxruntime, openvino: the graph from 'relate export')")
+    ap.add_argument("--onnx", default=None, help="exported graph for onnxruntime (default: CHECKPOINT/relation.onnx)")
+    ap.add_argument("--ir", default=None, help="OpenVINO IR for openvino (default: CHECKPOINT/relation.xml)")
     ap.add_argument("--no-png", action="store_true", help="write only the JSON graphs")
     ap.add_argument("--recursive", action="store_true", help="also read images in subfolders of a folder")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -261,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
 
     from relate.api import load_model
 
-    predictor = load_model(args.checkpoint, runtime=args.runtime, onnx_path=args.onnx)
+    predictor = load_model(args.checkpoint, runtime=args.runtime, onnx_path=args.onnx, ir_path=args.ir)
     if args.threshold is not None and not predictor.calibration.fitted:
         raise UsageError("--threshold needs a calibrated checkpoint (its Platt a, b are not fitted); use --topk")
     detector = queries = None

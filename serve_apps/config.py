@@ -151,10 +151,13 @@ class RelationSettings(StrictConfig):
     batch_wait_timeout_s: float = Field(0.01, ge=0, description="serve.batch: wait for a batch to fill")
     default_topk: int = Field(50, ge=1, description="triplets returned when the request gives no top-k")
     device: str = Field("cpu", description="torch device")
-    runtime: Literal["torch", "onnxruntime"] = Field("torch", description="forward runtime; 'onnxruntime' runs the "
-                                                     "graph 'relate export --format onnx' wrote (boxes only)")
+    runtime: Literal["torch", "onnxruntime", "openvino"] = Field(
+        "torch", description="forward runtime; 'onnxruntime' runs the graph 'relate export --format onnx' wrote, "
+        "'openvino' the IR 'relate export --format openvino' wrote (both boxes only)")
     onnx_path: str | None = Field(None, description="exported graph for runtime onnxruntime (default: "
                                                     "<checkpoint>/relation.onnx)")
+    ir_path: str | None = Field(None, description="OpenVINO IR for runtime openvino (default: "
+                                                  "<checkpoint>/relation.xml)")
     torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads in the replica (Ray sets "
                                                              "OMP threads from num_cpus, which is too few for fractions)")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description="replicas and resources")

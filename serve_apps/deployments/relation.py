@@ -33,7 +33,8 @@ def load_predictor(settings: RelationSettings):
 
     if settings.checkpoint is not None:
         return load_model(settings.checkpoint, device=settings.device, batch_size=settings.max_batch_size,
-                          runtime=settings.runtime, onnx_path=settings.onnx_path)
+                          runtime=settings.runtime, onnx_path=settings.onnx_path,
+                          ir_path=settings.ir_path)
     import torch
 
     from relate.data.lexicon import all_surface_forms
