@@ -9,16 +9,21 @@ from one run:
 * ``forward_gflop``: the forward's floating-point operations (``torch.utils.flop_counter``,
   2 per multiply-add; matrix products, convolutions and attention);
 * per runtime (``torch_eager``: what ``relate.api`` runs, vocabulary product prepacked;
-  ``onnxruntime``: the graph ``relate export`` writes, all optimisations on): ``<rt>_ms`` (best
-  of the repeats) and ``<rt>_fraction_of_peak`` = forward_gflop / time / gemm_gflops;
+  ``onnxruntime``: the graph ``relate export`` writes, all optimisations on; ``openvino``: the same
+  graph compiled by OpenVINO as ``runtime="openvino"`` compiles its IR, exact fp32, latency hint,
+  one inference thread per core): ``<rt>_ms`` (best of the repeats) and
+  ``<rt>_fraction_of_peak`` = forward_gflop / time / gemm_gflops;
 * ``best_over_eager``: eager time over the fastest runtime's time (> 1: faster than eager);
-* ``onnx_max_abs_diff``: largest |score| difference (Eq. 6, every pair x predicate) between
-  onnxruntime and torch on the benchmark input, with the same pairs kept;
+* ``onnx_max_abs_diff`` and ``openvino_max_abs_diff``: largest |score| difference (Eq. 6, every pair
+  x predicate) between that runtime and torch on the benchmark input, with the same pairs kept
+  (infinite when the kept pairs differ);
 * ``load_average_1m``: the machine's load at the end, since a shared machine's load changes the rest.
 
 The exported graph of these random weights is cached under ``$RELATE_BENCH_CACHE`` (default
 ``~/.cache/relate/bench``), keyed by torch version and config: the first run also exports (a few
-minutes on 2 cores), later runs (and ``--quick``) reuse it.
+minutes on 2 cores), later runs (and ``--quick``) reuse it. OpenVINO reads that ONNX file (what
+``relate export --format openvino`` converts); without the ``openvino`` extra its arm is left out
+and ``openvino`` says so.
 
     python -m benchmarks.relation_cpu [--quick] [--out FILE]
 """
@@ -69,10 +74,21 @@ def _onnx_file(model, cfg) -> Path:
     return path
 
 
-def measure(quick: bool) -> dict[str, float]:
-    from relate.export import onnx_session, run_onnx
-    from relate.model import RelationModelConfig, create_relation_model
+def _score_diff(ref, ok: np.ndarray, got, w: float) -> float:
+    """Largest |Eq. 6 score| difference between torch's output and a graph runtime's (pairs, valid, l_pred,
+    l_pair, ...); infinite when the kept pairs differ."""
     from relate.model.score import relation_score
+
+    v = got[1][0]
+    if not np.array_equal(ref.pairs[0].numpy()[ok], got[0][0][v]):
+        return float("inf")
+    s_ref = relation_score(ref.scores.logits[0].numpy()[ok], ref.l_pair[0].numpy()[ok], w)
+    return float(np.abs(s_ref - relation_score(got[2][0][v], got[3][0][v], w)).max())
+
+
+def measure(quick: bool) -> dict[str, float]:
+    from relate.export import ExportError, onnx_session, openvino_session, run_onnx
+    from relate.model import RelationModelConfig, create_relation_model
 
     threads = max(1, os.cpu_count() or 1)
     torch.set_num_threads(threads)
@@ -94,8 +110,15 @@ def measure(quick: bool) -> dict[str, float]:
         sess = onnx_session(path, threads=threads)
         bank_np = bank.numpy()
         ort = lambda: run_onnx(sess, images, boxes, valid, bank_np)  # noqa: E731
-        got = ort()
+        got = {"onnxruntime": ort()}
         runs = {"torch_eager": eager, "onnxruntime": ort}
+        try:
+            ov_sess = openvino_session(path, threads=threads)
+        except ExportError as exc:  # the openvino extra is not installed
+            figures["openvino"] = str(exc)
+        else:
+            runs["openvino"] = lambda: run_onnx(ov_sess, images, boxes, valid, bank_np)
+            got["openvino"] = runs["openvino"]()
         for fn in runs.values():  # warm-up
             fn()
         gemm = gemm_gflops(3 if quick else 10)
@@ -105,10 +128,6 @@ def measure(quick: bool) -> dict[str, float]:
                 best[name] = min(best[name], best_of(fn, 1))
         gemm = max(gemm, gemm_gflops(3 if quick else 10))  # the ceiling measured around the forwards
     ok = ref.sampled.valid[0].numpy()
-    same_pairs = bool((ref.pairs[0].numpy()[ok] == got[0][0][got[1][0]]).all())
-    w = cfg.pair_weight
-    s_ref = relation_score(ref.scores.logits[0].numpy()[ok], ref.l_pair[0].numpy()[ok], w)
-    s_ort = relation_score(got[2][0][got[1][0]], got[3][0][got[1][0]], w)
     figures["gemm_gflops"] = round(gemm, 1)
     figures["forward_gflop"] = round(flops / 1e9, 2)
     for name, t in best.items():
@@ -119,12 +138,18 @@ def measure(quick: bool) -> dict[str, float]:
     figures["best_runtime"] = fastest
     figures["best_fraction_of_peak"] = figures[f"{fastest}_fraction_of_peak"]
     figures["best_over_eager"] = round(best["torch_eager"] / best[fastest], 3)
-    figures["onnx_max_abs_diff"] = float(np.abs(s_ref - s_ort).max()) if same_pairs else float("inf")
+    figures["onnx_max_abs_diff"] = _score_diff(ref, ok, got["onnxruntime"], cfg.pair_weight)
+    if "openvino" in got:
+        figures["openvino_max_abs_diff"] = _score_diff(ref, ok, got["openvino"], cfg.pair_weight)
     figures.update({"n_boxes": N_BOXES, "n_pairs": N_PAIRS, "image_side": cfg.backbone.img_size, "threads": threads,
                     "load_average_1m": round(os.getloadavg()[0], 1)})  # how busy the machine was: read the rest with it
     import onnxruntime
 
     figures["onnxruntime_version"] = onnxruntime.__version__
+    if "openvino" in got:
+        import openvino
+
+        figures["openvino_version"] = openvino.__version__
     return figures
 
 

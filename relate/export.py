@@ -199,7 +199,9 @@ class OpenVINOSession:
 def openvino_session(path: str | Path, threads: int | None = None, config: dict | None = None) -> OpenVINOSession:
     """The graph at ``path`` (IR ``.xml``, or the ``.onnx`` itself) compiled for the CPU in exact fp32:
     inference precision f32, every Divide kept a division; latency hint, ``threads`` inference threads
-    (default torch's). ``config`` adds or overrides CPU plugin properties, except the precision."""
+    (default torch's), threads not pinned to cores (on cores other processes share, as Serve replicas
+    do, a pinned thread waits for its busy core; README, relation_cpu). ``config`` adds or overrides
+    CPU plugin properties, except the precision."""
     ov = _openvino()
     if not Path(path).is_file():
         raise ExportError(f"{path}: no exported graph; run: relate export --checkpoint DIR --format openvino")
@@ -208,7 +210,7 @@ def openvino_session(path: str | Path, threads: int | None = None, config: dict 
         if op.get_type_name() == "Divide":  # OpenVINO's ConvertDivide skips nodes that carry this mark
             op.get_rt_info()["nonconvertable_divide_0"] = True
     props = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": int(threads or torch.get_num_threads()),
-             **(config or {}), "INFERENCE_PRECISION_HINT": "f32"}
+             "ENABLE_CPU_PINNING": False, **(config or {}), "INFERENCE_PRECISION_HINT": "f32"}
     compiled = ov.Core().compile_model(model, "CPU", props)
     got = compiled.get_property("INFERENCE_PRECISION_HINT")
     if got != ov.Type.f32:
