@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -252,6 +253,21 @@ class LocalCluster:
             if str(self.root) in cmd:
                 out.append(int(proc.name))
         return out
+
+
+@contextmanager
+def head_with_workers(workers: dict[str, tuple[int, dict[str, float]]]):
+    """A 0-CPU head with its dashboard plus the named workers (``{name: (num_cpus, resources)}``),
+    all alive before the body runs; torn down afterwards whatever happens."""
+    c = LocalCluster(head_cpus=0, dashboard=True)
+    try:
+        c.start_head()
+        for name, (cpus, resources) in workers.items():
+            c.add_worker(name, num_cpus=cpus, resources=resources)
+        c.wait_for_nodes(timeout=120)
+        yield c
+    finally:
+        c.close()
 
 
 def project_runtime_env(**env_vars: str) -> dict:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from _ray_local_cluster import REPO, LocalCluster, project_runtime_env, wait_job
+from _ray_local_cluster import REPO, head_with_workers, project_runtime_env, wait_job
 
 pytestmark = pytest.mark.slow
 
@@ -56,14 +56,8 @@ async def _tail(client, job_id: str, timeout: float) -> list[str]:
 
 @pytest.fixture
 def cluster():
-    c = LocalCluster(head_cpus=0, dashboard=True)
-    try:
-        c.start_head()
-        c.add_worker("w1", num_cpus=1, resources={"annotator": 1})  # the job's actor asks for it
-        c.wait_for_nodes(timeout=120)
+    with head_with_workers({"w1": (1, {"annotator": 1})}) as c:  # the job's actor asks for `annotator`
         yield c
-    finally:
-        c.close()
 
 
 def test_submit_follow_and_read_back(cluster, tmp_path):

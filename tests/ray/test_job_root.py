@@ -17,21 +17,15 @@ import sys
 
 import pytest
 
-from _ray_local_cluster import REPO, LocalCluster, project_runtime_env, wait_job
+from _ray_local_cluster import REPO, head_with_workers, project_runtime_env, wait_job
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def cluster():
-    c = LocalCluster(head_cpus=0, dashboard=True)
-    try:
-        c.start_head()
-        c.add_worker("w1", num_cpus=2, resources={})
-        c.wait_for_nodes(timeout=120)
+    with head_with_workers({"w1": (2, {})}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def test_outputs_go_under_the_root_and_a_relative_path_without_one_is_refused(cluster, tmp_path):

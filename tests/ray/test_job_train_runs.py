@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from _ray_local_cluster import REPO, LocalCluster, project_runtime_env, wait_job
+from _ray_local_cluster import REPO, head_with_workers, project_runtime_env, wait_job
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +30,8 @@ TINY = ["run.name=fixed", "model.backbone.img_size=32", "model.backbone.depth=2"
 
 @pytest.fixture
 def cluster():
-    c = LocalCluster(head_cpus=0, dashboard=True)
-    try:
-        c.start_head()
-        c.add_worker("w1", num_cpus=2, resources={})
-        c.wait_for_nodes(timeout=120)
+    with head_with_workers({"w1": (2, {})}) as c:
         yield c
-    finally:
-        c.close()
 
 
 def _submit(cluster, root, extra: list[str]):
