@@ -92,6 +92,11 @@ def render_graph(image: np.ndarray, boxes: np.ndarray, triplets: Sequence[dict],
     fig_w, fig_h = iw + table_w, max(ih, (len(rows) + 2) * line_h + 20)
     fig = Figure(figsize=(fig_w / _DPI, fig_h / _DPI), dpi=_DPI)
     canvas_ax = fig.add_axes((0, 1 - ih / fig_h, iw / fig_w, ih / fig_h))
+    if scale < 1 and image.dtype == np.uint8:  # drawn down: resized once here, so matplotlib, which resamples
+        from PIL import Image  # in floats (about 11x the picture's bytes), only ever holds the display size
+
+        image = np.asarray(Image.fromarray(image).resize((max(1, round(iw)), max(1, round(ih))),
+                                                         Image.Resampling.LANCZOS))
     canvas_ax.imshow(image, extent=(0, w, h, 0), interpolation="nearest" if scale >= 2 else "antialiased")
     canvas_ax.set_xlim(0, w)
     canvas_ax.set_ylim(h, 0)
@@ -116,7 +121,7 @@ def render_graph(image: np.ndarray, boxes: np.ndarray, triplets: Sequence[dict],
         p0, p1 = to_disp.transform([(x1, y2)]), to_disp.transform([(x2, y1)])
         disp_boxes.append((p0[0, 0], p0[0, 1], p1[0, 0], p1[0, 1]))
         t = canvas_ax.text(x1, y1, label_of(i), color="white", fontsize=font_size * 0.9, fontweight="bold",
-                           va="top", ha="left", bbox=dict(boxstyle="square,pad=0.15", fc=cols[i], ec="none"),
+                           parse_math=False, va="top", ha="left", bbox=dict(boxstyle="square,pad=0.15", fc=cols[i], ec="none"),
                            clip_on=True, zorder=5)
         tags.append(tuple(t.get_window_extent(renderer).extents))
 
@@ -132,6 +137,7 @@ def render_graph(image: np.ndarray, boxes: np.ndarray, triplets: Sequence[dict],
                                             mutation_scale=14, color=colour, linewidth=1.8, shrinkA=4, shrinkB=6,
                                             connectionstyle="arc3,rad=0.08", zorder=4))
         txt = canvas_ax.text(0, 0, f"{k + 1}. {t['predicate']}", fontsize=font_size, ha="center", va="center",
+                             parse_math=False,
                              color="black", zorder=7,
                              bbox=dict(boxstyle="round,pad=0.2", fc="white", ec=colour, lw=1.2, alpha=0.92))
         tw, th = (lambda e: (e[2] - e[0], e[3] - e[1]))(txt.get_window_extent(renderer).extents)
@@ -172,8 +178,10 @@ def render_graph(image: np.ndarray, boxes: np.ndarray, triplets: Sequence[dict],
             s, o = int(t["subject"]), int(t["object"])
             tab.add_patch(Rectangle((12, y - font_size * 0.55), 8, font_size * 1.1, color=cols[s]))
             tab.text(26, y, f"{r + 1}. {label_of(s)} → {t['predicate']} → {label_of(o)}", fontsize=font_size * 0.95,
+                     parse_math=False,
                      va="center", clip_on=True)
-            tab.text(table_w - 10, y, f"{float(t.get('score', float('nan'))):.3f}", fontsize=font_size * 0.95,
+            score = "" if t.get("score") is None else f"{float(t['score']):.3f}"  # edges a client gave: no score
+            tab.text(table_w - 10, y, score, fontsize=font_size * 0.95,
                      va="center", ha="right", family="monospace")
     buf = io.BytesIO()
     canvas.print_png(buf)

@@ -196,7 +196,7 @@ class IngressDeployment:
                 "control_acceptance": out["control_acceptance"]}
 
     async def _render(self, image: np.ndarray, p: RenderParams) -> Response:
-        from serve_apps.render import render_graph_png
+        from relate.render import render_graph_png
 
         h, w = image.shape[:2]
         boxes = S.validate_boxes(p.boxes, w, h, self.sec, min_count=1)
@@ -206,7 +206,8 @@ class IngressDeployment:
             triplets = (await self._score(image, boxes, p))["triplets"]
         else:
             triplets = []
-        png = await asyncio.to_thread(render_graph_png, image, boxes, triplets)
+        names = [b.label or "" for b in p.boxes]  # what relate predict draws: number, label, top-triplet table
+        png = await asyncio.to_thread(render_graph_png, image, boxes, triplets, names)
         return Response(content=png, media_type="image/png")
 
     # ---- JSON endpoints ---------------------------------------------------------------------

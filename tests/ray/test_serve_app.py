@@ -130,7 +130,7 @@ def test_request_vocabulary_masks_and_upload(served, local):
 
 
 def test_graph_judge_render_match_in_process(served, local):
-    from serve_apps.render import render_graph_png
+    from relate.render import render_graph_png
 
     c = served["client"]
     im, bx = _scene(3)
@@ -149,12 +149,20 @@ def test_graph_judge_render_match_in_process(served, local):
     assert [v["verdict"] for v in r.json()["verdicts"]] == [v["verdict"] for v in direct["verdicts"]]
     assert len(r.json()["controls"]) == 2 and r.json()["control_acceptance"] == direct["control_acceptance"]
 
+    # /v1/render draws with relate.render, as relate predict does: box labels beside the numbers
     edges = [{"subject": 0, "object": 1, "predicate": "near"}]
-    r = c.post("/v1/render", json={"image": _b64(im), "boxes": bx, "triplets": edges})
+    named = [dict(bx[0], label="person")] + bx[1:]
+    boxes = np.array([[b["x1"], b["y1"], b["x2"], b["y2"]] for b in bx])
+    r = c.post("/v1/render", json={"image": _b64(im), "boxes": named, "triplets": edges})
     assert r.status_code == 200 and r.headers["content-type"] == "image/png"
-    assert r.content == render_graph_png(im, np.array([[b["x1"], b["y1"], b["x2"], b["y2"]] for b in bx]), edges)
+    assert r.content == render_graph_png(im, boxes, edges, ["person"] + [""] * (len(bx) - 1))
+    assert r.content != render_graph_png(im, boxes, edges)
+    # no triplets given: the model's, as /v1/relations answers them, with their scores in the table
     r = c.post("/v1/render/upload", files={"image": ("x.png", _png(im))}, data={"params": json.dumps({"boxes": bx})})
-    assert r.status_code == 200 and Image.open(io.BytesIO(r.content)).size == (im.shape[1], im.shape[0])
+    scored = c.post("/v1/relations", json={"image": _b64(im), "boxes": bx}).json()["triplets"]
+    assert r.status_code == 200 and r.content == render_graph_png(im, boxes, scored, [""] * len(bx))
+    side = 720 / max(im.shape[:2])  # the picture scaled up to 720 px on its long side, the table beside it
+    assert Image.open(io.BytesIO(r.content)).size[0] >= im.shape[1] * side + 300
 
 
 def test_health_openapi_and_auth(served):

@@ -277,15 +277,17 @@ def test_serve_yaml_configs_validate():
 
 
 def test_render_graph_png_draws_edges():
-    from serve_apps.render import render_graph_png
+    """/v1/render's renderer (relate.render): edges drawn on the picture, the same bytes every time."""
+    from relate.render import render_graph_png
 
     img = np.full((80, 120, 3), 255, np.uint8)
     boxes = np.array([[5, 5, 40, 40], [70, 30, 115, 75]], float)
-    plain = np.asarray(Image.open(io.BytesIO(render_graph_png(img, boxes, []))))
-    edged = np.asarray(Image.open(io.BytesIO(render_graph_png(img, boxes, [{"subject": 0, "object": 1, "predicate": "near"}]))))
-    assert plain.shape == (80, 120, 3)
-    assert (plain != edged).any(axis=-1).sum() > 50  # the arrow and its label
-    assert render_graph_png(img, boxes, []) == render_graph_png(img, boxes, [])  # deterministic bytes
+    edge = [{"subject": 0, "object": 1, "predicate": "near"}]
+    plain = np.asarray(Image.open(io.BytesIO(render_graph_png(img, boxes, []))).convert("RGB"))
+    edged = np.asarray(Image.open(io.BytesIO(render_graph_png(img, boxes, edge))).convert("RGB"))
+    assert plain.shape == (480, 720, 3)  # scaled up to 720 px; the edged one adds the table on the right
+    assert (plain != edged[:, :720]).any(axis=-1).sum() > 50  # the arrow and its label on the picture
+    assert render_graph_png(img, boxes, edge) == render_graph_png(img, boxes, edge)  # deterministic bytes
 
 
 def test_model_calls_are_never_replayed_and_backpressure_is_503():
