@@ -49,6 +49,7 @@ class ModelConfig(StrictConfig):
     layers: int = Field(0, ge=0, description="adapter transformer layers over teacher tokens (0: MLP adapter over the pooled tokens only)")
     heads: int = Field(4, ge=1, description="adapter attention heads")
     hidden: int = Field(1024, ge=8, description="hidden width of the residual MLP that maps pooled tokens to the student space")
+    attention_pool: bool = Field(False, description="also pool the teacher tokens with learned attention weights (a token-level input at MLP cost)")
 
 
 class LossConfig(StrictConfig):
@@ -63,6 +64,7 @@ class LossConfig(StrictConfig):
     synonym_margin: float = Field(0.75, ge=-1, le=1, description="synonym cosines below this are penalised")
     modified_margin: float = Field(0.5, ge=-1, le=1, description="modified-to-base cosines below this are penalised")
     modified_ceiling: float = Field(0.95, ge=-1, le=1, description="modified-to-base cosines above this are penalised (no merging)")
+    spread: float = Field(0.0, ge=0, description="weight of the squared log ratio of the batch's participation ratio (student over de-hubbed teacher): keeps the effective dimension")
     distrust_inverse_groups: bool = Field(False, description="leave teacher cosines between strings of two declared-inverse groups out of the relational and neighbourhood terms")
 
 
@@ -124,7 +126,8 @@ class DistillRunner:
         torch.manual_seed(cfg.train.seed)  # same init on every rank before DDP broadcasts
         self.cfg, self.data = cfg, data
         m = cfg.model
-        self.model = create_text_student(int(data["tokens"].shape[2]), m.dim, m.width, m.layers, m.heads, m.hidden)
+        self.model = create_text_student(int(data["tokens"].shape[2]), m.dim, m.width, m.layers, m.heads, m.hidden,
+                                         m.attention_pool)
         self.weights = DistillWeights(**cfg.loss.model_dump(exclude={"distrust_inverse_groups"}))
         # Arrays arrive read-only from the object store; copies keep torch from warning.
         self.group_id = torch.from_numpy(np.array(data["group_id"]))

@@ -83,6 +83,7 @@ class DistillWeights:
     synonym_margin: float = 0.75
     modified_margin: float = 0.5
     modified_ceiling: float = 0.95
+    spread: float = 0.0
 
 
 def _pair_cos(emb: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
@@ -93,6 +94,14 @@ def _pair_cos(emb: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
 
 def _mean(x: torch.Tensor) -> torch.Tensor:
     return x.mean() if x.numel() else x.new_zeros(())
+
+
+def batch_participation_ratio(x: torch.Tensor) -> torch.Tensor:
+    """Participation ratio (tr C)^2 / tr(C^2) of the rows' covariance, from the centred Gram
+    matrix (same non-zero spectrum), differentiable and without an eigendecomposition."""
+    xc = x - x.mean(0, keepdim=True)
+    g = xc @ xc.T
+    return g.diagonal().sum().pow(2) / g.pow(2).sum().clamp_min(1e-30)
 
 
 def distill_losses(student: torch.Tensor, teacher: torch.Tensor, anchor: torch.Tensor,
@@ -124,7 +133,10 @@ def distill_losses(student: torch.Tensor, teacher: torch.Tensor, anchor: torch.T
     mod_cos = _pair_cos(student, modified)
     # Softer hinge: near the base (lower margin) but not merged with it (ceiling).
     modified_l = _mean(F.relu(w.modified_margin - mod_cos) + F.relu(mod_cos - w.modified_ceiling))
+    # Spread: the batch's participation ratio kept at the teacher's on the same rows (log ratio
+    # squared), so the hinges cannot fold the space onto a few directions (effective dimension).
+    spread = (batch_participation_ratio(student).log() - batch_participation_ratio(teacher).log()).pow(2)
     total = (w.relational * relational + w.anchor * anchor_l + w.neighbourhood * kl
-             + w.antonym * antonym + w.synonym * synonym_l + w.modified * modified_l)
+             + w.antonym * antonym + w.synonym * synonym_l + w.modified * modified_l + w.spread * spread)
     return {"total": total, "relational": relational, "anchor": anchor_l, "neighbourhood": kl,
-            "antonym": antonym, "synonym": synonym_l, "modified": modified_l}
+            "antonym": antonym, "synonym": synonym_l, "modified": modified_l, "spread": spread}

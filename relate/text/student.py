@@ -32,11 +32,15 @@ class TextStudent(nn.Module):
     """Teacher tokens ``[B, L, Dt]`` + mask ``[B, L]`` -> unit vectors ``[B, dim]``."""
 
     def __init__(self, teacher_dim: int, dim: int = 512, width: int = 192, layers: int = 1, heads: int = 4,
-                 hidden: int = 1024):
+                 hidden: int = 1024, attention_pool: bool = False):
         super().__init__()
         self.config = {"teacher_dim": teacher_dim, "dim": dim, "width": width, "layers": layers,
-                       "heads": heads, "hidden": hidden}
+                       "heads": heads, "hidden": hidden, "attention_pool": attention_pool}
         pooled_dim = teacher_dim
+        if attention_pool:
+            # A learned score per teacher token; the softmax-weighted token average rides along the mean.
+            self.score = nn.Sequential(nn.LayerNorm(teacher_dim), nn.Linear(teacher_dim, 1))
+            pooled_dim += teacher_dim
         if layers > 0:
             self.norm = nn.LayerNorm(teacher_dim)
             self.down = nn.Linear(teacher_dim, width)
@@ -53,6 +57,9 @@ class TextStudent(nn.Module):
         # The teacher's own pooled vector always rides along, so the adapter only has to learn
         # the correction (direction words) rather than re-derive the whole sentence meaning.
         pooled = mean_pool(hidden, mask)
+        if self.config.get("attention_pool"):
+            weights = self.score(hidden).squeeze(-1).masked_fill(~mask, float("-inf")).softmax(-1)
+            pooled = torch.cat([(weights.unsqueeze(-1) * hidden).sum(1), pooled], dim=-1)
         if self.config["layers"] > 0:
             tokens = self.blocks(self.down(self.norm(hidden)), src_key_padding_mask=~mask)
             pooled = torch.cat([mean_pool(tokens, mask), pooled], dim=-1)
@@ -60,11 +67,13 @@ class TextStudent(nn.Module):
 
 
 def create_text_student(teacher_dim: int, dim: int = 512, width: int = 192, layers: int = 1,
-                        heads: int = 4, hidden: int = 1024) -> TextStudent:
-    """``layers`` token-transformer layers (0: an MLP adapter over the pooled teacher tokens)."""
+                        heads: int = 4, hidden: int = 1024, attention_pool: bool = False) -> TextStudent:
+    """``layers`` token-transformer layers (0: an MLP adapter over the pooled teacher tokens);
+    ``attention_pool`` adds a learned attention-weighted average of the teacher tokens to the mean."""
     if dim < 2 or (layers > 0 and width % heads):
         raise ValueError(f"student: dim must be >= 2 and width ({width}) divisible by heads ({heads})")
-    return TextStudent(teacher_dim, dim=dim, width=width, layers=layers, heads=heads, hidden=hidden)
+    return TextStudent(teacher_dim, dim=dim, width=width, layers=layers, heads=heads, hidden=hidden,
+                       attention_pool=attention_pool)
 
 
 def save_student(folder: str | Path, model: TextStudent, teacher: str, extra: dict | None = None) -> Path:

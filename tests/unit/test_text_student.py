@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from relate.text.distill import (DistillWeights, dehub, distill_losses, pca_anchor_targets,
-                                 split_inverse_pairs)
+from relate.text.distill import (DistillWeights, batch_participation_ratio, dehub, distill_losses,
+                                 pca_anchor_targets, split_inverse_pairs)
 from relate.text.encoders import load_text_encoder
 from relate.text.student import create_text_student, save_student
 
 
-@pytest.mark.parametrize("layers", [0, 1])
-def test_student_forward_backward_and_padding_invariance(layers):
+@pytest.mark.parametrize("layers,attention_pool", [(0, False), (1, False), (0, True)])
+def test_student_forward_backward_and_padding_invariance(layers, attention_pool):
     torch.manual_seed(0)
-    model = create_text_student(24, dim=16, width=16, layers=layers, heads=2, hidden=32)
+    model = create_text_student(24, dim=16, width=16, layers=layers, heads=2, hidden=32, attention_pool=attention_pool)
     hidden = torch.randn(3, 5, 24)
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
     out = model(hidden, mask)
@@ -85,7 +85,7 @@ def test_losses_vanish_at_the_teacher_and_hinges_fire_only_past_margins():
     w = DistillWeights()
     same = distill_losses(t, t, t, none, none, none, w)
     assert same["relational"] < 1e-10 and same["neighbourhood"] < 1e-6 and same["anchor"] < 1e-10
-    assert same["antonym"] == 0 and same["synonym"] == 0 and same["modified"] == 0
+    assert same["antonym"] == 0 and same["synonym"] == 0 and same["modified"] == 0 and same["spread"] < 1e-10
     s = t.clone()
     s[1] = s[0]  # an inverse pair collapsed, a synonym pair merged
     pair = torch.tensor([[0, 1]])
@@ -110,3 +110,23 @@ def test_one_step_of_repulsion_separates_an_inverse_pair():
         emb -= 0.1 * emb.grad
     after = float(_unit(emb.detach())[0] @ _unit(emb.detach())[1])
     assert after < before - 0.01
+
+
+def test_spread_is_the_report_participation_ratio_and_pushes_a_folded_batch_open():
+    from relate.text.report import participation_ratio
+
+    torch.manual_seed(0)
+    x = _unit(torch.randn(40, 16) * torch.linspace(3.0, 0.1, 16))
+    assert float(batch_participation_ratio(x)) == pytest.approx(participation_ratio(x.numpy()), rel=1e-5)
+    t = _unit(torch.randn(40, 16))
+    none = torch.zeros(0, 2, dtype=torch.long)
+    folded = x.clone().requires_grad_(True)  # far fewer effective directions than the teacher
+    w = DistillWeights(relational=0.0, anchor=0.0, neighbourhood=0.0, spread=1.0)
+    got = distill_losses(_unit(folded), t, t, none, none, none, w)
+    log_ratio = np.log(participation_ratio(x.numpy()) / participation_ratio(t.numpy()))
+    assert float(got["spread"]) == pytest.approx(log_ratio ** 2, rel=1e-4) and float(got["total"]) > 0.1
+    got["total"].backward()
+    with torch.no_grad():
+        opened = _unit(folded - 0.5 * folded.grad)
+    assert float(batch_participation_ratio(opened)) > float(batch_participation_ratio(x)) + 0.2
+    assert DistillWeights().spread == 0.0  # off unless a config turns it on

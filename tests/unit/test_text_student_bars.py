@@ -22,15 +22,14 @@ from relate.text.distill_data import ACCEPTANCE
 CONFIG = Path(__file__).resolve().parents[2] / "train_jobs" / "configs" / "distill_text.yaml"
 CI_SIZE = ["data.train_vocab_size=1000", "train.epochs=8", "train.torch_threads=2"]
 
-# (split, bar) -> what was measured at CI_SIZE when the mark was set (2026-12-01) (split_seed 0: held-out groups
-# biting, chased_by, following, has_part, owned_by, used_by, wearing and their inverses).
-_EFF = "eff. dim 35.3 against the teacher's 63.6 (bar: within 25%, >= 47.7)"
+# (split, bar) -> what was measured at CI_SIZE when the mark was set (2026-12-01, recipe with loss.spread 4,
+# kl_temperature 0.2, antonym_margin -1.0) (split_seed 0: held-out groups biting, chased_by, following, has_part,
+# owned_by, used_by, wearing and their inverses). Passing now, so unmarked: every trained bar (AUC 1.000, inv cos
+# -0.82, syn cos 0.77, eff. dim 50.1 against the teacher's 63.6), held-out inv cos 0.25 and held-out eff. dim.
 SHORT = {
-    ("trained", "eff_dim"): _EFF,
-    ("held-out", "auc"): "AUC 0.648 (teacher 0.230; bar >= 0.97)",
-    ("held-out", "inv_cos"): "inv cos 0.38 (teacher 0.65; bar < 0.3)",
-    ("held-out", "syn_cos"): "syn cos 0.49 (teacher 0.49; bar > 0.6): cohesion does not transfer to unseen groups",
-    ("held-out", "eff_dim"): _EFF,
+    ("held-out", "auc"): "AUC 0.584 (teacher 0.230; bar >= 0.97): inverse cosines run from -0.54 (biting / bitten "
+                         "by) to +0.60 (owns / owned by), synonym cosines average only 0.35",
+    ("held-out", "syn_cos"): "syn cos 0.35 (teacher 0.49; bar > 0.6): cohesion does not transfer to unseen groups",
 }
 
 
@@ -65,7 +64,7 @@ _CASES = [pytest.param(split, bar, marks=[pytest.mark.xfail(strict=True, reason=
           for split in ("trained", "held-out") for bar in ("auc", "inv_cos", "syn_cos", "eff_dim")]
 
 
-@pytest.mark.slow  # teacher pass over 1,000 strings + 8 epochs + two 583-string banks: ~90 s on 2 cores
+@pytest.mark.slow  # teacher pass over 1,000 strings + 8 epochs + two 583-string banks: ~90-125 s on 2 cores
 @pytest.mark.parametrize("split,bar", _CASES)
 def test_student_acceptance_bar(distilled, split, bar):
     reports, acceptance, info = distilled
