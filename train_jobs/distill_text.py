@@ -96,7 +96,7 @@ class ScalingConfig(StrictConfig):
 class DistillTextConfig(StrictConfig):
     data: DataConfig = Field(default_factory=DataConfig, description="training strings and held-out split")
     model: ModelConfig = Field(default_factory=ModelConfig, description="teacher and student shape")
-    loss: LossConfig = Field(default_factory=LossConfig, description="the six objectives of B.2.1")
+    loss: LossConfig = Field(default_factory=LossConfig, description="the six objectives of B.2.1 and our spread term")
     train: TrainConfig = Field(default_factory=TrainConfig, description="optimisation")
     scaling: ScalingConfig = Field(default_factory=ScalingConfig, description="Ray Train scaling")
     out_dir: Location = Field("runs/distill_text", description="folder for the student, report and resolved config")

@@ -3,7 +3,9 @@
 Six terms over a minibatch of strings: relational distillation of pairwise cosines, a small
 absolute anchor to a PCA projection of the de-hubbed teacher, a neighbourhood-preservation KL,
 an antonym-repulsion hinge on known inverse pairs, a synonym-cohesion hinge, and a softer hinge
-that keeps modified spatial forms ("far above") near their base without merging them.
+that keeps modified spatial forms ("far above") near their base without merging them. A
+seventh, ours and off by default, keeps the batch's participation ratio (effective dimension) at
+the teacher's on the same rows, which the hinges otherwise fold onto a few directions.
 Pure numpy/torch; the Ray Train job in ``train_jobs.distill_text`` drives it.
 """
 
@@ -107,7 +109,7 @@ def batch_participation_ratio(x: torch.Tensor) -> torch.Tensor:
 def distill_losses(student: torch.Tensor, teacher: torch.Tensor, anchor: torch.Tensor,
                    inverse: torch.Tensor, synonym: torch.Tensor, modified: torch.Tensor,
                    w: DistillWeights, distrust: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """All six terms and their weighted sum ``total`` for one batch.
+    """All seven terms and their weighted sum ``total`` for one batch.
 
     ``student`` [B, d] and ``teacher`` [B, Dt] are unit rows for the same strings; ``anchor``
     [B, d] the PCA targets; ``inverse``/``synonym``/``modified`` are ``[P, 2]`` row-index pairs
