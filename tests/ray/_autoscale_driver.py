@@ -45,6 +45,7 @@ def main(spec: dict) -> dict:
 
     samples: list[tuple[float, dict[str, int]]] = []
     node_group: dict[str, str] = {}
+    addresses: set[str] = set()
     stop = threading.Event()
 
     def counts() -> dict[str, int]:
@@ -53,6 +54,7 @@ def main(spec: dict) -> dict:
             if n["Alive"]:
                 g = _group_of(n["Resources"], groups)
                 node_group[n["NodeID"]] = g
+                addresses.add(n["NodeManagerAddress"])
                 out[g] = out.get(g, 0) + 1
         return out
 
@@ -109,6 +111,10 @@ def main(spec: dict) -> dict:
     events["train_scaled_down"] = wait_until_only_head(spec["idle_timeout_s"])
 
     stop.set()
+    final = counts()
+    if samples[-1][1] != final:
+        samples.append((round(time.monotonic() - t0, 1), final))
+    events["node_addresses"] = sorted(addresses)
     return {"events": events, "samples": samples}
 
 

@@ -66,7 +66,8 @@ def fake_autoscaling_config(gcs_address: str) -> tuple[dict, dict]:
         # "external" + the module: the wheel lacks the fake provider's defaults file (example.yaml)
         "provider": {"type": "external", "module": "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider",
                      "gcs_address": gcs_address, "use_node_id_as_ip": True, "disable_node_updaters": True,
-                     "disable_launch_config_check": True},
+                     "disable_launch_config_check": True,
+                     "launch_multiple": True},  # a launch of n nodes starts n (else one per update)
         "available_node_types": types, "head_node_type": "ray.head.default",
         "auth": {}, "docker": {}, "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
         "rsync_exclude": [], "rsync_filter": [], "initialization_commands": [], "setup_commands": [],
@@ -105,7 +106,7 @@ def test_cloud_groups_agree_on_what_each_group_advertises():
 
 
 @pytest.mark.timeout(900)
-def test_autoscaler_adds_the_advertising_group_on_demand_and_removes_idle_nodes(tmp_path):
+def test_autoscaler_adds_the_advertising_group_on_demand_and_removes_idle_nodes():
     from pipelines.annotate import AnnotateConfig
     from relate.config import load_config
     from relate.placement import scaling_config_kwargs
@@ -137,7 +138,7 @@ def test_autoscaler_adds_the_advertising_group_on_demand_and_removes_idle_nodes(
                         # fake nodes bind the loopback address, like the head, not the host's
                         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
     spec = {"address": cluster.address, "groups": {"head": {"CPU": 0}, **scaled}, "engine": engine, "engines": engines,
-            "train_worker": train, "num_workers": 2, "hold_s": 4.0, "phase_timeout_s": 240,
+            "train_worker": train, "num_workers": 2, "hold_s": 6.0, "phase_timeout_s": 240,
             "idle_timeout_s": idle_s + 150}
     spec_path = cluster.root / "spec.json"
     spec_path.write_text(json.dumps(spec))
@@ -159,13 +160,13 @@ def test_autoscaler_adds_the_advertising_group_on_demand_and_removes_idle_nodes(
     print({k: v for k, v in ev.items() if k != "annotate_ran_on"})
 
     assert ev["start"] == {"head": 1}  # every group starts at zero
+    assert ev["node_addresses"] == ["127.0.0.1"], ev  # the fake nodes listen on loopback only
     groups_seen = set().union(*(c for _, c in samples))
     assert not {g for g in groups_seen if g.startswith("unknown")}, groups_seen
     # annotation demand: only the annotate group grew, to exactly the nodes four engines need
-    during = [c for t, c in samples if ev["annotate_submitted"] <= t <= ev["annotate_done"]]
     assert max(c.get("annotate", 0) for t, c in samples if t <= ev["annotate_scaled_down"]) == MAX_PER_GROUP, samples
     assert all(set(c) <= {"head", "annotate"} for t, c in samples if t <= ev["annotate_scaled_down"]), samples
-    assert ev["annotate_ran_on_groups"] == ["annotate"] and len(set(ev["annotate_ran_on"])) == MAX_PER_GROUP, during
+    assert ev["annotate_ran_on_groups"] == ["annotate"], ev
     # idle nodes removed: back to the head alone, not before the idle timeout
     assert ev["annotate_scaled_down"] - ev["annotate_done"] >= idle_s - 2, ev
     # training demand: the placement group waits for the a100 group, then gets both workers there
