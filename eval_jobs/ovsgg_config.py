@@ -114,9 +114,16 @@ class InferenceSpec(StrictConfig):
         """The checkpoint itself: a pointer file is read (its one line names the checkpoint)."""
         if self.checkpoint is None or not Path(self.checkpoint).is_file():
             return self.checkpoint
-        target = Path(self.checkpoint).read_text().strip()
+        try:
+            target = Path(self.checkpoint).read_text(encoding="utf-8", errors="strict").strip()
+        except UnicodeDecodeError:
+            target = "\0"
         if not target:
             raise ValueError(f"inference.checkpoint {self.checkpoint!r} is an empty pointer file")
+        if "\n" in target or len(target) > 4096 or not target.isprintable():
+            raise ValueError(f"inference.checkpoint {self.checkpoint!r} is a file but not a pointer file (one line "
+                             "naming a checkpoint folder or URI, as a training run's LATEST): give the checkpoint "
+                             "folder itself")
         return target
 
 

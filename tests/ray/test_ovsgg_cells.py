@@ -56,6 +56,12 @@ def test_config_validation_names_the_problem(tmp_path):
     (tmp_path / "EMPTY").write_text("\n")
     with pytest.raises(ValueError, match="empty pointer file"):
         InferenceSpec(system="s", checkpoint=str(tmp_path / "EMPTY")).resolve_checkpoint()
+    # any other file (Ray Train's checkpoint_manager_snapshot.json, a weights file) is named, not read as a path
+    (tmp_path / "snapshot.json").write_text('{"checkpoints": [\n  {"path": "/ckpts/run/checkpoint_0004"}\n]}\n')
+    (tmp_path / "model.safetensors").write_bytes(b"\x00\x9f\xff" * 100)
+    for name in ("snapshot.json", "model.safetensors"):
+        with pytest.raises(ValueError, match=f"{name}' is a file but not a pointer file"):
+            InferenceSpec(system="s", checkpoint=str(tmp_path / name)).resolve_checkpoint()
 
 
 @pytest.mark.slow
