@@ -23,7 +23,7 @@ apps, each with its own RelationModel replica: ``overhead`` (released model), ``
 ``token`` as a second ingress (the same IngressDeployment code, token middleware and ``/v1``
 dependency, configured with the token) in front of ``batched``'s RelationModel replica. So the
 auth pair differs only in the ingress's token check, and two replica processes import torch
-and timm instead of four. The http-overhead part runs fewer rounds (3) without the handle path.
+and timm instead of four. The http-overhead part runs fewer rounds (6) without the handle path.
 
 ``python -m benchmarks.serve_overhead [--quick] [--out FILE]``
 """
@@ -255,7 +255,7 @@ def measure(quick: bool) -> dict[str, float]:
             phase("ray and serve start")
             predictor = _start(ckpts.result(), port, quick)
             phase("apps start")
-            figures = _overhead(predictor, port, 3 if quick else 20, with_handle=not quick)
+            figures = _overhead(predictor, port, 6 if quick else 20, with_handle=not quick)
             phase("http overhead")
             if not quick:
                 figures.update(_batching(port, 320))
