@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 
 import _browser
-from _serve_helpers import AUTH, SERVE_TOKEN, free_port
+from _serve_helpers import AUTH, SERVE_TOKEN, tiny_app
 
 pytestmark = pytest.mark.slow
 APP = "relate_page"
@@ -31,30 +31,8 @@ TYPED = ["beside", "under", "carrying"]
 
 @pytest.fixture(scope="module")
 def served(ray_session, tmp_path_factory):
-    from ray import serve
-
-    from serve_apps.app import build_app
-    from serve_apps.config import ServeAppConfig
-    from serve_apps.tiny import save_tiny_checkpoint, save_tiny_owlv2
-
-    root = tmp_path_factory.mktemp("page")
-    ckpt, owl = save_tiny_checkpoint(root / "ckpt", VOCAB), save_tiny_owlv2(root / "owl")
-    port = free_port()
-    cfg = ServeAppConfig.model_validate({
-        "http": {"port": port},
-        "security": {"bearer_token": SERVE_TOKEN},
-        "relation": {"checkpoint": str(ckpt), "torch_threads": 1, "deployment": {"num_cpus": 0.3}},
-        "detector": {"detector": {"mode": "transformers", "model": str(owl), "threshold": 0.0, "max_boxes": 3,
-                                  "queries": ["person", "cup"], "torch_threads": 1},
-                     "deployment": {"num_cpus": 0.2}},
-        "judge": None,
-        "ingress": {"num_cpus": 0.1, "max_ongoing_requests": 64},
-    })
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(cfg), name=APP, route_prefix="/")
-    yield f"http://127.0.0.1:{port}"
-    serve.delete(APP)
-    serve.shutdown()
+    with tiny_app(tmp_path_factory.mktemp("page"), APP, VOCAB, max_boxes=3) as url:
+        yield url
 
 
 def _photo(path) -> tuple[int, int]:

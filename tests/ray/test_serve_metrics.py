@@ -10,7 +10,7 @@ import urllib.request
 import httpx
 import pytest
 
-from _serve_helpers import AUTH, SERVE_TOKEN as TOKEN, b64png as _b64, free_port as _free_port  # noqa: E402
+from _serve_helpers import AUTH, b64png as _b64, tiny_app  # noqa: E402
 
 APP = "relate_metrics"
 VOCAB = ["left of", "holding", "on top of", "near", "behind"]
@@ -26,31 +26,9 @@ def _scene(i: int):
 
 @pytest.fixture(scope="module")
 def served(ray_session, tmp_path_factory):
-    from ray import serve
-
-    from serve_apps.app import build_app
-    from serve_apps.config import ServeAppConfig
-    from serve_apps.tiny import save_tiny_checkpoint, save_tiny_owlv2
-
-    root = tmp_path_factory.mktemp("serve_metrics")
-    ckpt, owl = save_tiny_checkpoint(root / "ckpt", VOCAB), save_tiny_owlv2(root / "owl")
-    port = _free_port()
-    cfg = ServeAppConfig.model_validate({
-        "http": {"port": port},
-        "security": {"bearer_token": TOKEN},
-        "relation": {"checkpoint": str(ckpt), "torch_threads": 1, "deployment": {"num_cpus": 0.3}},
-        "detector": {"detector": {"mode": "transformers", "model": str(owl), "threshold": 0.0, "max_boxes": 4,
-                                  "queries": ["person", "cup"], "torch_threads": 1},
-                     "deployment": {"num_cpus": 0.2}},
-        "judge": None,
-        "ingress": {"num_cpus": 0.1, "max_ongoing_requests": 64},
-    })
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(cfg), name=APP, route_prefix="/")
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120, headers=AUTH) as client:
+    with tiny_app(tmp_path_factory.mktemp("serve_metrics"), APP, VOCAB, max_boxes=4) as url, \
+            httpx.Client(base_url=url, timeout=120, headers=AUTH) as client:
         yield client
-    serve.delete(APP)
-    serve.shutdown()
 
 
 def _scrape(ray) -> list[tuple[str, dict, float]]:
