@@ -7,16 +7,19 @@ from one run:
 * ``gemm_gflops``: fp32 matrix product rate of this machine now (torch ``mm``, 2048 x 2048, all
   threads), the ceiling the forward is compared with;
 * ``forward_gflop``: the forward's floating-point operations (``torch.utils.flop_counter``,
-  2 per multiply-add; matrix products, convolutions and attention);
-* per runtime (``torch_eager``: what ``relate.api`` runs, vocabulary product prepacked;
-  ``onnxruntime``: the graph ``relate export`` writes, all optimisations on; ``openvino``: the same
+  2 per multiply-add; matrix products, convolutions and attention), counted on the decomposed
+  path (``forward_flops``); ``forward_gflop_fused_count`` is what the counter reports on the fused
+  CPU kernels the forward runs, which it misses in part (pytorch/pytorch#195460);
+* per runtime (``torch_eager``: the plain modules, vocabulary product prepacked; ``torch_onednn``:
+  what ``relate.api`` runs on CPU, every linear on a prepacked oneDNN kernel and the DINOv3 MLP's
+  SiLU and gating fused into them (``relate.model.onednn``); ``onnxruntime``: the graph ``relate export`` writes, all optimisations on; ``openvino``: the same
   graph compiled by OpenVINO as ``runtime="openvino"`` compiles its IR, exact fp32, latency hint,
   one inference thread per core): ``<rt>_ms`` (best of the repeats) and
   ``<rt>_fraction_of_peak`` = forward_gflop / time / gemm_gflops;
 * ``best_over_eager``: eager time over the fastest runtime's time (> 1: faster than eager);
-* ``onnx_max_abs_diff`` and ``openvino_max_abs_diff``: largest |score| difference (Eq. 6, every pair
-  x predicate) between that runtime and torch on the benchmark input, with the same pairs kept
-  (infinite when the kept pairs differ);
+* ``torch_onednn_max_abs_diff``, ``onnx_max_abs_diff`` and ``openvino_max_abs_diff``: largest
+  |score| difference (Eq. 6, every pair x predicate) between that runtime and torch eager on the
+  benchmark input, with the same pairs kept (infinite when the kept pairs differ);
 * ``load_average_1m``: the machine's load at the end, since a shared machine's load changes the rest.
 
 The exported graph of these random weights is cached under ``$RELATE_BENCH_CACHE`` (default
@@ -30,6 +33,7 @@ and ``openvino`` says so.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from pathlib import Path
@@ -53,11 +57,30 @@ def gemm_gflops(repeats: int) -> float:
     return 2 * GEMM_N ** 3 / t / 1e9
 
 
-def forward_flops(run) -> int:
+def forward_flops(run, decomposed: bool = True) -> int:
+    """Floating-point operations of ``run()`` by ``torch.utils.flop_counter``.
+
+    The counter knows a formula per aten op and sees only the ops dispatched to it. On CPU it sees
+    nothing for two fused kernels: ``_scaled_dot_product_flash_attention_for_cpu`` has no formula
+    in torch 2.14 (pytorch/pytorch#195460, fixed upstream by registering it), and inference's
+    ``_transformer_encoder_layer_fwd`` runs its products inside one op. ``decomposed=True`` counts
+    with SDPA on its math backend and the ``nn.MultiheadAttention`` fast path off, so every
+    product is an ``mm`` / ``bmm`` / ``addmm`` the counter has a formula for; the products, and
+    so the count, are those the fused kernels compute."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as fc:
-        run()
+    if not decomposed:
+        with FlopCounterMode(display=False) as fc:
+            run()
+        return int(fc.get_total_flops())
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as fc:
+            run()
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
     return int(fc.get_total_flops())
 
 
@@ -86,9 +109,15 @@ def _score_diff(ref, ok: np.ndarray, got, w: float) -> float:
     return float(np.abs(s_ref - relation_score(got[2][0][v], got[3][0][v], w)).max())
 
 
+def _as_graph_outputs(out) -> tuple:
+    """A torch forward's output in a graph runtime's (pairs, valid, l_pred, l_pair) layout."""
+    return (out.pairs.numpy(), out.sampled.valid.numpy(), out.scores.logits.numpy(), out.l_pair.numpy())
+
+
 def measure(quick: bool) -> dict[str, float]:
     from relate.export import ExportError, onnx_session, openvino_session, run_onnx
     from relate.model import RelationModelConfig, create_relation_model
+    from relate.model.onednn import prepack_cpu
 
     threads = max(1, os.cpu_count() or 1)
     torch.set_num_threads(threads)
@@ -96,6 +125,8 @@ def measure(quick: bool) -> dict[str, float]:
     cfg = RelationModelConfig()
     cfg.sampler.learned_keep = N_PAIRS
     model = create_relation_model(cfg).eval()
+    packed_model = copy.deepcopy(model)
+    prepack_cpu(packed_model)
     images, boxes, valid = _inputs(cfg)
     bank = _bank(50, cfg.text_dim, 1)
     repeats = 3 if quick else 10
@@ -106,12 +137,15 @@ def measure(quick: bool) -> dict[str, float]:
         ref = eager()
         assert int(ref.sampled.valid.sum()) == N_PAIRS, "benchmark must score exactly 128 pairs"
         flops = forward_flops(eager)
+        fused_count = forward_flops(eager, decomposed=False)
+        onednn = lambda: packed_model(images, boxes, valid, bank, scoring=scoring)  # noqa: E731
+        onednn_out = onednn()
         path = _onnx_file(model, cfg)
         sess = onnx_session(path, threads=threads)
         bank_np = bank.numpy()
         ort = lambda: run_onnx(sess, images, boxes, valid, bank_np)  # noqa: E731
         got = {"onnxruntime": ort()}
-        runs = {"torch_eager": eager, "onnxruntime": ort}
+        runs = {"torch_eager": eager, "torch_onednn": onednn, "onnxruntime": ort}
         try:
             ov_sess = openvino_session(path, threads=threads)
         except ExportError as exc:  # the openvino extra is not installed
@@ -130,6 +164,7 @@ def measure(quick: bool) -> dict[str, float]:
     ok = ref.sampled.valid[0].numpy()
     figures["gemm_gflops"] = round(gemm, 1)
     figures["forward_gflop"] = round(flops / 1e9, 2)
+    figures["forward_gflop_fused_count"] = round(fused_count / 1e9, 2)
     for name, t in best.items():
         figures[f"{name}_ms"] = round(1000 * t, 1)
         figures[f"{name}_gflops"] = round(flops / t / 1e9, 1)
@@ -138,6 +173,7 @@ def measure(quick: bool) -> dict[str, float]:
     figures["best_runtime"] = fastest
     figures["best_fraction_of_peak"] = figures[f"{fastest}_fraction_of_peak"]
     figures["best_over_eager"] = round(best["torch_eager"] / best[fastest], 3)
+    figures["torch_onednn_max_abs_diff"] = _score_diff(ref, ok, _as_graph_outputs(onednn_out), cfg.pair_weight)
     figures["onnx_max_abs_diff"] = _score_diff(ref, ok, got["onnxruntime"], cfg.pair_weight)
     if "openvino" in got:
         figures["openvino_max_abs_diff"] = _score_diff(ref, ok, got["openvino"], cfg.pair_weight)

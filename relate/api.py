@@ -163,6 +163,10 @@ class RelationPredictor:
             self._session = openvino_session(ir_path)
         elif runtime != "torch":
             raise ValueError(f"runtime must be one of {list(RUNTIMES)}, got {runtime!r}")
+        elif torch.device(device).type == "cpu":  # every linear on oneDNN's prepacked fp32 kernels
+            from relate.model.onednn import prepack_cpu
+
+            prepack_cpu(self.model)
         self.device = device
         self.calibration = calibration
         self.batch_size = batch_size

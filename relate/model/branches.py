@@ -14,22 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from relate.model.onednn import onednn_pack
+
 __all__ = ["PredicateGate", "TwoBranchHead", "BranchScores", "ScoringMatrix"]
-
-
-def _onednn_pack(weight: torch.Tensor, rows_hint: int) -> torch.Tensor | None:
-    """oneDNN's prepacked layout of a (V, K) fp32 CPU weight, or None where oneDNN is unavailable.
-
-    torch's CPU fp32 ``addmm`` goes through MKL, which on AMD cores runs the (128 x 768) x (768 x
-    19,103) vocabulary product in about 33 ms; oneDNN's prepacked linear (what inductor uses for
-    frozen CPU weights) gives the same fp32 result in about 18 ms. ``rows_hint`` is only a layout
-    hint: any number of rows works."""
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
-        return None
-    try:
-        return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows_hint)
-    except (RuntimeError, AttributeError):  # a torch built without these ops: the BLAS path stays exact
-        return None
 
 
 @dataclass(frozen=True)
@@ -38,7 +25,8 @@ class ScoringMatrix:
     kept pair against every predicate are one fp32 product plus beta.
 
     ``weight_t`` is (2 * text_dim, V), column p = [alpha_p e_p; (1 - alpha_p) e_p]; on CPU a
-    oneDNN-prepacked copy (``packed``) is used in its place. Built by ``TwoBranchHead.scoring_matrix``
+    oneDNN-prepacked copy (``packed``) is used in its place (MKL's ``addmm`` on AMD cores runs the
+    (128 x 768) x (768 x 19,103) product in about 33 ms, the packed kernel in about 18 ms). Built by ``TwoBranchHead.scoring_matrix``
     once per vocabulary and weights (relate.api caches it)."""
 
     weight_t: torch.Tensor
@@ -149,7 +137,7 @@ class TwoBranchHead(nn.Module):
         with torch.no_grad():
             a = self.gate(bank) if alpha is None else alpha.to(bank.dtype)
             rows = torch.cat([a[:, None] * bank, (1 - a)[:, None] * bank], dim=-1)
-            return ScoringMatrix(rows.T.contiguous(), _onednn_pack(rows, rows_hint) if pack else None)
+            return ScoringMatrix(rows.T.contiguous(), onednn_pack(rows, rows_hint) if pack else None)
 
     def forward(self, x: torch.Tensor, geo: torch.Tensor, bank: torch.Tensor,
                 alpha: torch.Tensor | None = None, scoring: ScoringMatrix | None = None) -> BranchScores:
