@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import pickle
 
+import numpy as np
 import pytest
 import torch
 from timm.layers import SwiGLU
@@ -121,7 +122,27 @@ def test_a_converted_relation_model_scores_as_before_with_the_same_state_dict():
         torch.testing.assert_close(got.l_pair, want.l_pair, rtol=1e-4, atol=1e-4)
 
 
-def test_the_predictor_runs_the_packed_forward_on_cpu():
-    predictor = RelationPredictor(_dinov3_tiny(), random_bank(list("abc")))
+def test_the_predictor_scores_on_the_packed_kernels_as_the_plain_model_does():
+    model = _dinov3_tiny()
+    plain = copy.deepcopy(model)
+    bank = random_bank(list("abc"))
+    predictor = RelationPredictor(model, bank)
     kinds = {type(m) for m in predictor.model.modules()}
     assert PackedLinear in kinds and PackedSwiGLU in kinds
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (40, 56, 3), dtype=np.uint8)
+    boxes = np.array([[2, 2, 30, 30], [20, 8, 54, 38], [5, 20, 40, 39]], dtype=np.float32)
+    ops = _ops(lambda: predictor.score_images([image], [boxes]))
+    assert "mkldnn::_linear_pointwise" in ops and "aten::silu" not in ops, ops
+    got = predictor.score_images([image], [boxes])[0]
+    want = RelationPredictor(plain, bank)
+    for m in want.model.modules():  # undo the conversion: the reference runs the plain modules
+        if type(m) is PackedSwiGLU:
+            m.__class__ = SwiGLU
+        elif type(m) is PackedLinear:
+            m.__class__ = nn.Linear
+    ref = want.score_images([image], [boxes])[0]
+    assert "mkldnn::_linear_pointwise" not in _ops(lambda: want.model.backbone(torch.rand(1, 3, 32, 32)))
+    np.testing.assert_array_equal(got.pairs, ref.pairs)
+    np.testing.assert_allclose(got.l_pred, ref.l_pred, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got.l_pair, ref.l_pair, rtol=1e-4, atol=1e-4)
