@@ -18,7 +18,11 @@ its ``call_id``) and ``pending/<shard>.parquet`` (every call's answer or failure
 Such a run writes no ``result.json``, says INCOMPLETE and exits 3; rerunning the same command
 calls the judge again for exactly the failed calls, keeps every earlier answer, and writes the
 shard's audit as a run without failures would. ``result.json["run"]`` and the progress line count
-this run's calls, retries, failures by kind and the calls retried from earlier runs.
+this run's calls, retries, failures by kind and the calls retried from earlier runs. A judge that
+is down stops the run early: past ``max_consecutive_failures`` failed calls in a row in a worker
+process (or at once on a 401/403/404) that process makes no more calls; they are recorded as
+``vlm_unavailable`` and the run raises :class:`JudgeStopped` (:mod:`eval_jobs.judge_shard` has
+the shard task and the breaker).
 
 The judge is any VLM backend of :mod:`actors.vlm` (``transformers`` locally, ``openai`` for a
 vLLM / ``ray.serve.llm`` server such as the Judge LLM app) or the scripted judge with known
@@ -34,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -51,20 +56,20 @@ from relate.storage import Location, LocationValue
 from relate.annotation_stats import format_vlm_line
 from relate.jobinfo import Progress, gather, run_name
 from relate.placement import ResourcesConfig, ray_remote_args
-from relate.judge import (AUDIT_SCHEMA, GraphArmConfig, RelationArmConfig, ScriptedJudgeConfig, audit_table,
-                          build_graph_calls, build_relation_calls, parse_graph_verdict, summarise_relation_arm,
+from relate.judge import (AUDIT_SCHEMA, GraphArmConfig, RelationArmConfig, ScriptedJudgeConfig, summarise_relation_arm,
                           tally_graph_arm)
 from relate.judge.summary import table7_markdown
-from relate.judge.protocol import select_deployed, select_matched, select_relative
-from pipelines.annotate_shards import atomic_write, read_failures, read_pending, write_incomplete
-from pipelines.annotate_stages import STOP_KINDS, call_outcomes, merge_counters
+from pipelines.annotate_shards import read_failures
+from eval_jobs.judge_shard import calls_to_make, earlier_calls, render_shard, run_shard, shard_files, write_shard
+from pipelines.annotate_stages import STOP_KINDS, merge_counters
 
 __all__ = ["JudgeSystemSpec", "JudgeBackendConfig", "JudgeJobConfig", "JudgeStopped", "shard_plan", "shard_files",
            "run_shard", "load_audit", "summarise", "load_a5", "main"]
 
 
 class JudgeStopped(RuntimeError):
-    """The judge cannot answer as configured (wrong URL, key or model); what finished is on disk."""
+    """The judge cannot answer as configured (wrong URL, key or model) or is down (calls failing in a
+    row); what finished is on disk, and a rerun asks only what is missing."""
 
 
 class JudgeSystemSpec(StrictConfig):
@@ -122,6 +127,10 @@ class JudgeJobConfig(StrictConfig):
                                                    "the evaluation group); with the vllm backend, num_gpus > 0 sizes "
                                                    "each engine and the CPUs size the rendering tasks")
     use_ray: bool = Field(True, description="run shards as Ray tasks (False: in-process, for debugging)")
+    max_consecutive_failures: int | None = Field(
+        64, ge=1, description="stop asking the judge (JudgeStopped) once this many calls in a row failed after their "
+                              "retries in one worker process: the server is down or misconfigured; the calls not made "
+                              "are recorded and a rerun asks them. None: never stop. Not used by the vllm backend")
 
     @model_validator(mode="after")
     def _consistent(self) -> "JudgeJobConfig":
@@ -181,7 +190,7 @@ def _reference_counts(cfg: JudgeJobConfig) -> Counter:
     return Counter(t["predicate"] for rs in table.column("relations").to_pylist() for t in rs)
 
 
-_RUNTIME_FIELDS = {"out_dir", "use_ray", "resources", "max_images", "images_per_shard"}
+_RUNTIME_FIELDS = {"out_dir", "use_ray", "resources", "max_images", "images_per_shard", "max_consecutive_failures"}
 
 
 def _check_fingerprint(cfg: JudgeJobConfig, audit_dir: Path) -> None:
@@ -205,159 +214,6 @@ def shard_plan(image_ids: Sequence[str], per_shard: int) -> list[tuple[str, list
     return out
 
 
-# --------------------------------------------------------------------------- one shard (Ray task body)
-
-
-def _create_judge(cfg: JudgeBackendConfig) -> Any:
-    if cfg.backend == "scripted":
-        from relate.judge import ScriptedJudge
-
-        return ScriptedJudge(cfg.scripted)
-    from actors.vlm.base import create_backend
-    from actors.vlm.configs import VLMConfig
-
-    return create_backend(VLMConfig(backend=cfg.backend, **{cfg.backend: getattr(cfg, cfg.backend)}))
-
-
-def _graphs(cfg: JudgeJobConfig, preds: dict[str, list[dict]], n_boxes: int) -> dict[str, list[dict]]:
-    out = {}
-    for s in cfg.systems:
-        tri = preds.get(s.name, [])
-        if cfg.graph.depth == "relative":
-            g = select_relative(tri, cfg.graph.relative_fraction, cfg.graph.max_relations)
-        elif cfg.graph.depth == "matched":
-            g = select_matched(tri, cfg.relation.matched_k)
-        else:
-            g = select_deployed(tri, s.threshold, cfg.relation.deployed_max)
-        out[s.name] = [r for r in g if r["subject"] < n_boxes and r["object"] < n_boxes]
-    return out
-
-
-def _calls_for_image(cfg: JudgeJobConfig, image: dict, preds: dict[str, list[dict]]) -> list:
-    from relate.markers import boxes_array, decode_image
-
-    pixels = decode_image(Path(image["uri"]).read_bytes())
-    boxes = boxes_array(image["boxes"])
-    thresholds = {s.name: s.threshold for s in cfg.systems}
-    systems = {s.name: preds.get(s.name, []) for s in cfg.systems}
-    calls = build_relation_calls(image["image_id"], pixels, boxes, systems, thresholds, cfg.relation,
-                                 truth=image["relations"], id_base=cfg.id_base)
-    if cfg.graph.enabled:
-        cats = [b.get("category") for b in image["boxes"]]
-        calls += build_graph_calls(image["image_id"], pixels, boxes, cats, _graphs(cfg, preds, len(boxes)),
-                                   cfg.graph, truth=image["relations"], id_base=cfg.id_base)
-    return calls
-
-
-def _verdict(arm: str, text: str | None) -> str | None:
-    from actors.judge import parse_verdict  # the per-relation reader of the Judge deployment
-
-    if arm == "graph":
-        return parse_graph_verdict(text)
-    v = parse_verdict(text)
-    return None if v is None else ("yes" if v else "no")
-
-
-def render_shard(cfg_dict: dict, images: list[dict], preds: dict[str, dict[str, list[dict]]]) -> list[dict]:
-    """Every call of a shard, rendered: audit fields, prompt, PNG bytes and their sha1, scripted context."""
-    from relate.markers import encode_png
-
-    cfg = JudgeJobConfig.model_validate(cfg_dict)
-    out = []
-    for im in images:
-        calls = _calls_for_image(cfg, im, {s: p.get(im["image_id"], []) for s, p in preds.items()})
-        pngs: dict[int, tuple[bytes, str]] = {}
-        for c in calls:
-            if id(c.image) not in pngs:  # graph calls of one image share a rendering
-                png = encode_png(c.image)
-                pngs[id(c.image)] = (png, hashlib.sha1(png).hexdigest())
-            png, sha = pngs[id(c.image)]
-            out.append({"record": c.record, "prompt": c.prompt, "image_png": png, "image_sha1": sha,
-                        "context": c.context, "uri": im["uri"]})
-    return out
-
-
-def shard_files(out_dir: str | Path, shard: str) -> tuple[Path, Path, Path]:
-    """A shard's audit (its presence marks the shard done), failures and pending-state files."""
-    out = Path(out_dir)
-    return out / "audit" / f"{shard}.parquet", out / "failures" / f"{shard}.parquet", out / "pending" / f"{shard}.parquet"
-
-
-def earlier_calls(out_dir: str | Path, shard: str) -> dict[str, dict]:
-    """How an earlier run left an incomplete shard: call id -> ``{"answer": text}`` or ``{"failure": {...}}``."""
-    return {r["call_id"]: r for r in read_pending(shard_files(out_dir, shard)[2]) or []}
-
-
-def calls_to_make(rendered: list[dict], earlier: dict[str, dict]) -> list[dict]:
-    """The rendered calls without an answer from an earlier run: all of a fresh shard, the failed
-    ones of a shard an earlier run left incomplete."""
-    return [r for r in rendered if "answer" not in earlier.get(r["record"]["call_id"], {})]
-
-
-def write_shard(out_dir: str | Path, shard: str, rendered: list[dict], outcomes: dict[str, Any],
-                earlier: dict[str, dict]) -> dict:
-    """Merge this run's outcomes (call id -> :class:`actors.vlm.base.VLMOutcome`) with the answers
-    an earlier run kept, then write the shard: its audit rows atomically when every call has an
-    answer (and drop its failures and pending state), else its failures and pending state.
-    Returns the shard's counts (calls, this run's VLM counters, failures by kind, retried calls)."""
-    audit_path, fail_path, pending_path = shard_files(out_dir, shard)
-    rows, state, failures, vlm = [], [], [], {}
-    retried = 0
-    for r in rendered:
-        rec = r["record"]
-        cid, before = rec["call_id"], earlier.get(rec["call_id"], {})
-        if cid in outcomes:
-            o, pass_name = outcomes[cid], f"judge_{rec['arm']}"
-            retried += "failure" in before
-            vlm = merge_counters(vlm, {"calls": {pass_name: 1}, "attempts": o.attempts, "retries": max(o.attempts - 1, 0),
-                                       **({} if o.ok else {"failed_calls": {o.kind: 1}})})
-            if not o.ok:
-                attempts = o.attempts + int(before.get("failure", {}).get("attempts", 0))  # over all runs
-                failures.append({"image_id": rec["image_id"], "uri": r["uri"], "shard": shard, "pass": pass_name,
-                                 "kind": o.kind, "message": o.message or "", "attempts": attempts, "call_id": cid})
-                state.append((rec["image_id"], True, {"call_id": cid, "failure": {"kind": o.kind, "attempts": attempts}}))
-                continue
-            text = o.text
-        elif "answer" in before:
-            text = before["answer"]
-        else:
-            raise RuntimeError(f"{shard}: call {cid} has neither an answer from this run nor one from an earlier run")
-        state.append((rec["image_id"], False, {"call_id": cid, "answer": text}))
-        rows.append({**rec, "prompt": r["prompt"], "image_sha1": r["image_sha1"], "raw_answer": text,
-                     "verdict": _verdict(rec["arm"], text)})
-    counts = {"shard": shard, "calls": len(rendered), "made": len(outcomes), "retried": retried,
-              "kept": len(rendered) - len(outcomes), "vlm": vlm, "complete": not failures,
-              "failed": dict(Counter(f["kind"] for f in failures)),
-              "unparseable": sum(r["verdict"] is None for r in rows)}
-    if failures:
-        write_incomplete(fail_path, pending_path, failures, state)
-        return counts
-    table = audit_table(rows)
-    atomic_write(audit_path, lambda p: pq.write_table(table, p))  # a file holds the whole shard or does not exist
-    pending_path.unlink(missing_ok=True)  # after the audit: a crash in between leaves state the driver drops
-    fail_path.unlink(missing_ok=True)
-    return counts
-
-
-def run_shard(cfg_dict: dict, shard: str, images: list[dict], preds: dict[str, dict[str, list[dict]]],
-              out_dir: str) -> dict:
-    """Render one shard, judge its calls an earlier run has no answer for (in-process backend),
-    parse and write it (see :func:`write_shard`)."""
-    from actors.vlm.base import VLMRequest
-
-    cfg = JudgeJobConfig.model_validate(cfg_dict)
-    rendered = render_shard(cfg_dict, images, preds)
-    earlier = earlier_calls(out_dir, shard)
-    todo = calls_to_make(rendered, earlier)
-    requests = [VLMRequest(image_png=r["image_png"], prompt=r["prompt"], image_id=r["record"]["image_id"],
-                           pass_name=f"judge_{r['record']['arm']}", reference=(r["context"],), id_base=cfg.id_base)
-                for r in todo]
-    outs = call_outcomes(_create_judge(cfg.judge), requests) if requests else []
-    if len(outs) != len(todo):
-        raise RuntimeError(f"{shard}: judge returned {len(outs)} outcomes for {len(todo)} calls")
-    return write_shard(out_dir, shard, rendered, {r["record"]["call_id"]: o for r, o in zip(todo, outs)}, earlier)
-
-
 # --------------------------------------------------------------------------- driver
 
 
@@ -368,17 +224,18 @@ def _run_shards(cfg: JudgeJobConfig, plan: list, images: dict, preds: dict, prog
              {s: {i: p[i] for i in ids if i in p} for s, p in preds.items()}, out)
             for name, ids in todo]
     progress.start(len(args))
+    run_id = uuid.uuid4().hex  # each run's breakers start closed, in every process
     if cfg.judge.backend == "vllm":
         return _run_vllm(cfg, args, progress)
     if not cfg.use_ray:
-        return [progress.done(run_shard(*a)) for a in args]
+        return [progress.done(run_shard(*a, run_id=run_id)) for a in args]
     import ray
 
     if not ray.is_initialized():
         ray.init()
     name = run_name("judge", cfg.out_dir)
     task = ray.remote(**ray_remote_args(cfg.resources))(run_shard)
-    refs = [task.options(name=f"{name}:shard:{a[1]}").remote(*a) for a in args]
+    refs = [task.options(name=f"{name}:shard:{a[1]}").remote(*a, run_id=run_id) for a in args]
     waiting = list(refs)
     while waiting:  # one progress line per finished shard, with the calls, retries and failures so far
         ready, waiting = ray.wait(waiting, num_returns=1)
@@ -483,7 +340,8 @@ def main(cfg: JudgeJobConfig) -> dict:
 
     When calls failed after their retries the result has ``complete: False``, no result.json is
     written, and the failed calls are listed under ``failures/``: rerun the same config to retry
-    exactly them. Raises :class:`JudgeStopped` when the judge refused as misconfigured (401/403/404).
+    exactly them. Raises :class:`JudgeStopped` when the judge refused as misconfigured (401/403/404)
+    or ``max_consecutive_failures`` calls failed in a row.
     """
     out = Path(cfg.out_dir)
     audit_dir = out / "audit"

@@ -36,7 +36,7 @@ from relate.prompts import draft_list, load_prompt, object_list
 from relate.schema import BOX_TYPE, PASSES, REJECTION_TYPE, RELATION_TYPE
 
 __all__ = ["MarkStage", "PromptStage", "GenerateStage", "ParseStage", "PassesStage", "GateStage", "rows_to_table",
-           "merge_counters", "call_outcomes", "VLM_PASSES", "UNAVAILABLE", "CONFIG_ERROR", "STOP_KINDS", "image_rejection"]
+           "merge_counters", "call_outcomes", "CallBreaker", "VLM_PASSES", "UNAVAILABLE", "CONFIG_ERROR", "STOP_KINDS", "image_rejection"]
 
 VLM_PASSES = ("semantic", "grow", "spatial")
 _EXTRA_TYPES = {"image_png": pa.binary(), "prompt": pa.string(), TEXT_COLUMN: pa.string(),
@@ -197,7 +197,7 @@ class GenerateStage:
 
     _shared: dict = {}
 
-    def __init__(self, vlm: VLMConfig | dict, pass_name: str, id_base: int = 1, breaker: "_Breaker | None" = None) -> None:
+    def __init__(self, vlm: VLMConfig | dict, pass_name: str, id_base: int = 1, breaker: "CallBreaker | None" = None) -> None:
         self.cfg = vlm if isinstance(vlm, VLMConfig) else VLMConfig.model_validate(vlm)
         key = self.cfg.model_dump_json()
         if key not in GenerateStage._shared:  # one model per process, shared by the three passes
@@ -248,7 +248,7 @@ class PassesStage:
 
     def __init__(self, vlm: VLMConfig | dict, id_base: int = 1, prompt_dir: str | None = None,
                  passes: Sequence[str] = VLM_PASSES, max_consecutive_failures: int | None = None) -> None:
-        breaker = _Breaker(max_consecutive_failures)  # shared: consecutive over all passes of this actor
+        breaker = CallBreaker(max_consecutive_failures)  # shared: consecutive over all passes of this actor
         self.steps = [(PromptStage(p, id_base, prompt_dir), GenerateStage(vlm, p, id_base, breaker),
                        ParseStage(p, id_base, breaker=breaker)) for p in passes]
 
@@ -258,7 +258,7 @@ class PassesStage:
         return batch
 
 
-class _Breaker:
+class CallBreaker:
     """Counts failed calls in a row. Past ``limit`` (or at once on a configuration error) it trips:
     the VLM is down or misconfigured, so later calls are not made but recorded as UNAVAILABLE.
     Tripping instead of raising lets every finished image still reach the driver and the disk
@@ -279,13 +279,13 @@ class ParseStage:
 
     A failed call (``vlm_error``) is recorded instead: ``failure_json`` names the pass, kind,
     message and attempts (over all runs), and the counters gain the call, its retries and the
-    failure kind. ``max_consecutive_failures`` failures in a row trip the breaker (see _Breaker).
+    failure kind. ``max_consecutive_failures`` failures in a row trip the breaker (see CallBreaker).
     """
 
     def __init__(self, pass_name: str, id_base: int = 1, drop_label_mismatch: bool = False,
-                 max_consecutive_failures: int | None = None, breaker: _Breaker | None = None) -> None:
+                 max_consecutive_failures: int | None = None, breaker: CallBreaker | None = None) -> None:
         self.pass_name, self.id_base, self.drop = pass_name, id_base, drop_label_mismatch
-        self.breaker = breaker or _Breaker(max_consecutive_failures)
+        self.breaker = breaker or CallBreaker(max_consecutive_failures)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()

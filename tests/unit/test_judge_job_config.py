@@ -146,3 +146,41 @@ def test_a_rerun_killed_after_writing_an_audit_neither_loses_nor_repeats_a_call(
         assert not srv.requested(3) and read_failures(out).num_rows == 0
         assert not list((out / "pending").glob("*.parquet")) and load_audit(out).equals(audit)
         assert third["a5"] == second["a5"] and third["calls"] == second["calls"]
+
+
+def test_a_judge_server_that_goes_down_stops_the_run_and_a_rerun_asks_only_the_calls_not_answered(small_world, tmp_path):
+    """The server answers 4 requests, then 503s everything: three failed calls in a row trip the
+    breaker, the calls after it are recorded without being made, and once the server is back a
+    rerun asks exactly the unanswered calls and ends where a run against a healthy server ends."""
+    from eval_jobs.judge import load_audit
+    from pipelines.annotate_shards import read_failures
+
+    root, paths = small_world
+    common = dict(corpus=str(root), split="train", max_images=4, images_per_shard=1, use_ray=False,
+                  a5_requires_certification=False, graph={"enabled": False},
+                  systems=[{"name": "noisy", "predictions": paths["noisy_truth"], "threshold": 0.5}])
+    with flaky_vlm(mode="clean") as healthy:
+        want = main(JudgeJobConfig(out_dir=str(tmp_path / "healthy"), **common,
+                                   judge={"backend": "openai", "openai": {"base_url": healthy.url, "backoff_s": 0.0}}))
+    total = want["run"]["calls_made"]
+    answered, limit, tries = 4, 3, 2
+    assert total - answered > 3 * limit, "too few calls for the breaker to matter"
+    with flaky_vlm(mode="clean", dead_after=answered) as srv:
+        out = tmp_path / "r"
+        cfg = JudgeJobConfig(out_dir=str(out), **common, max_consecutive_failures=limit,
+                             judge={"backend": "openai", "openai": {"base_url": srv.url, "backoff_s": 0.0,
+                                                                    "max_retries": tries - 1}})
+        with pytest.raises(JudgeStopped, match=f"{limit} VLM calls failed in a row .*http_503.*rerun the same command"):
+            main(cfg)
+        # calls are asked in chunks of `limit`: the breaker trips within the second chunk after the outage at the latest
+        assert len(srv.log) - answered <= 2 * limit * tries
+        kinds = read_failures(out).column("kind").to_pylist()
+        assert len(kinds) == total - answered and not (out / "result.json").exists()
+        assert limit <= kinds.count("http_503") <= 2 * limit and kinds.count("vlm_unavailable") == total - answered - kinds.count("http_503")
+        srv.dead_after, srv.phase = None, 2
+        again = main(cfg)
+        assert again["complete"] and again["run"]["calls_made"] == total - answered
+        assert sum(phase == 2 for phase, *_ in srv.log) == total - answered  # one request per unanswered call
+    cols = ["call_id", "raw_answer", "verdict"]
+    assert load_audit(out).select(cols).equals(load_audit(tmp_path / "healthy").select(cols))
+    assert again["a5"] == want["a5"] and again["calls"] == want["calls"]
