@@ -12,10 +12,13 @@ from one run:
   CPU kernels the forward runs, which it misses in part (pytorch/pytorch#195460);
 * per runtime (``torch_eager``: the plain modules, vocabulary product prepacked; ``torch_onednn``:
   what ``relate.api`` runs on CPU, every linear on a prepacked oneDNN kernel and the DINOv3 MLP's
-  SiLU and gating fused into them (``relate.model.onednn``); ``onnxruntime``: the graph ``relate export`` writes, all optimisations on; ``openvino``: the same
-  graph compiled by OpenVINO as ``runtime="openvino"`` compiles its IR, exact fp32, latency hint,
-  one inference thread per core): ``<rt>_ms`` (best of the repeats) and
+  SiLU and gating fused into them (``relate.model.onednn``); ``onnxruntime``: the graph ``relate
+  export`` writes, all optimisations on; ``openvino``: the same graph compiled by OpenVINO as
+  ``runtime="openvino"`` compiles its IR, exact fp32, latency hint, one inference thread per
+  core): ``<rt>_ms`` (best of the repeats) and
   ``<rt>_fraction_of_peak`` = forward_gflop / time / gemm_gflops;
+* ``onednn_packed_mib``: the memory ``torch_onednn``'s packed weight copies add (every packed
+  linear's fp32 weight);
 * ``best_over_eager``: eager time over the fastest runtime's time (> 1: faster than eager);
 * ``torch_onednn_max_abs_diff``, ``onnx_max_abs_diff`` and ``openvino_max_abs_diff``: largest
   |score| difference (Eq. 6, every pair x predicate) between that runtime and torch eager on the
@@ -117,7 +120,7 @@ def _as_graph_outputs(out) -> tuple:
 def measure(quick: bool) -> dict[str, float]:
     from relate.export import ExportError, onnx_session, openvino_session, run_onnx
     from relate.model import RelationModelConfig, create_relation_model
-    from relate.model.onednn import prepack_cpu
+    from relate.model.onednn import packed_weights, prepack_cpu
 
     threads = max(1, os.cpu_count() or 1)
     torch.set_num_threads(threads)
@@ -127,9 +130,10 @@ def measure(quick: bool) -> dict[str, float]:
     model = create_relation_model(cfg).eval()
     packed_model = copy.deepcopy(model)
     prepack_cpu(packed_model)
+    packed_bytes = sum(w.numel() * w.element_size() for w in packed_weights(packed_model))
     images, boxes, valid = _inputs(cfg)
     bank = _bank(50, cfg.text_dim, 1)
-    repeats = 3 if quick else 10
+    repeats = 6 if quick else 10  # 3 often missed the machine's fast phase: best-of-3 forwards read 0.80-0.91
     figures: dict[str, float] = {}
     with torch.inference_mode():
         scoring = model.head.scoring_matrix(bank)
@@ -165,6 +169,7 @@ def measure(quick: bool) -> dict[str, float]:
     figures["gemm_gflops"] = round(gemm, 1)
     figures["forward_gflop"] = round(flops / 1e9, 2)
     figures["forward_gflop_fused_count"] = round(fused_count / 1e9, 2)
+    figures["onednn_packed_mib"] = round(packed_bytes / 2 ** 20, 1)
     for name, t in best.items():
         figures[f"{name}_ms"] = round(1000 * t, 1)
         figures[f"{name}_gflops"] = round(flops / t / 1e9, 1)

@@ -138,8 +138,9 @@ def write_shard(out_dir: str | Path, shard: str, rendered: list[dict], outcomes:
             o, pass_name = outcomes[cid], f"judge_{rec['arm']}"
             made = o.kind != UNAVAILABLE  # not made: the breaker had tripped
             retried += made and "failure" in before
-            vlm = merge_counters(vlm, {"calls": {pass_name: 1}, "attempts": o.attempts, "retries": max(o.attempts - 1, 0),
-                                       **({} if o.ok else {"failed_calls": {o.kind: 1}})} if made else {"skipped_calls": 1})
+            tally = {"calls": {pass_name: 1}, "attempts": o.attempts, "retries": max(o.attempts - 1, 0),
+                     **({} if o.ok else {"failed_calls": {o.kind: 1}})}
+            vlm = merge_counters(vlm, tally if made else {"skipped_calls": 1})
             if not o.ok:
                 attempts = o.attempts + int(before.get("failure", {}).get("attempts", 0))  # over all runs
                 failures.append({"image_id": rec["image_id"], "uri": r["uri"], "shard": shard, "pass": pass_name,
@@ -155,7 +156,8 @@ def write_shard(out_dir: str | Path, shard: str, rendered: list[dict], outcomes:
         rows.append({**rec, "prompt": r["prompt"], "image_sha1": r["image_sha1"], "raw_answer": text,
                      "verdict": _verdict(rec["arm"], text)})
     skipped = sum(o.kind == UNAVAILABLE for o in outcomes.values())
-    counts = {"shard": shard, "calls": len(rendered), "made": len(outcomes) - skipped, "skipped": skipped, "retried": retried,
+    counts = {"shard": shard, "calls": len(rendered), "made": len(outcomes) - skipped, "skipped": skipped,
+              "retried": retried,
               "kept": len(rendered) - len(outcomes), "vlm": vlm, "complete": not failures,
               "failed": dict(Counter(f["kind"] for f in failures)),
               "unparseable": sum(r["verdict"] is None for r in rows)}

@@ -139,7 +139,10 @@ def _top_columns(score: np.ndarray, k: int) -> np.ndarray:
 
 
 class RelationPredictor:
-    """A trained model, its text encoder and bank, and its calibration, ready to score images."""
+    """A trained model, its text encoder and bank, and its calibration, ready to score images.
+
+    The model is set up in place: moved to ``device``, put in eval mode and, on CPU with the torch
+    runtime, converted to oneDNN's packed kernels (``relate.model.onednn.prepack_cpu``)."""
 
     def __init__(self, model: RelationModel, bank, calibration: Calibration = Calibration(),
                  device: str = "cpu", batch_size: int = 8, runtime: str = "torch", onnx_path=None,

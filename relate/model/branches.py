@@ -26,8 +26,8 @@ class ScoringMatrix:
 
     ``weight_t`` is (2 * text_dim, V), column p = [alpha_p e_p; (1 - alpha_p) e_p]; on CPU a
     oneDNN-prepacked copy (``packed``) is used in its place (MKL's ``addmm`` on AMD cores runs the
-    (128 x 768) x (768 x 19,103) product in about 33 ms, the packed kernel in about 18 ms). Built by ``TwoBranchHead.scoring_matrix``
-    once per vocabulary and weights (relate.api caches it)."""
+    (128 x 768) x (768 x 19,103) product in about 33 ms, the packed kernel in about 18 ms). Built by
+    ``TwoBranchHead.scoring_matrix`` once per vocabulary and weights (relate.api caches it)."""
 
     weight_t: torch.Tensor
     packed: torch.Tensor | None = field(default=None, repr=False)

@@ -13,8 +13,9 @@ Both are subclasses that change only ``forward``: parameter names, the state dic
 checks are those of the original modules. They use the packed kernels only where those give the
 same fp32 result (CPU, fp32, no autograd, not being traced or exported; a weight changed since
 it was packed is packed again); anything else takes the module's own forward, so a converted
-model still trains and exports. Linears inside ``nn.TransformerEncoderLayer`` / ``nn.MultiheadAttention`` stay as they
-are: those modules read their weights directly in their fused inference path.
+model still trains and exports. Linears inside ``nn.TransformerEncoderLayer`` /
+``nn.MultiheadAttention`` stay as they are: those modules read their weights directly in their
+fused inference path.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from timm.layers import SwiGLU
 from torch import nn
 
-__all__ = ["onednn_pack", "PackedLinear", "PackedSwiGLU", "prepack_cpu"]
+__all__ = ["onednn_pack", "PackedLinear", "PackedSwiGLU", "prepack_cpu", "packed_weights"]
 
 
 def onednn_pack(weight: torch.Tensor, rows_hint: int) -> torch.Tensor | None:
@@ -57,6 +58,10 @@ class _Packs:
         self.versions: list[tuple] | None = None
         self.packed: list[torch.Tensor | None] = []
 
+    def for_call(self, x: torch.Tensor, weights: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        """The packed copies this call may use, or None: it takes the plain forward."""
+        return self.current(weights) if _packed_ok(x, *weights) else None
+
     def current(self, weights: list[torch.Tensor]) -> list[torch.Tensor] | None:
         versions = [(w.data_ptr(), None if w.is_inference() else w._version) for w in weights]
         if versions != self.versions:
@@ -81,7 +86,7 @@ class PackedLinear(nn.Linear):
         return self._packs.current([self.weight]) is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        packed = self._packs.current([self.weight]) if self._packs is not None and _packed_ok(x, self.weight) else None
+        packed = self._packs.for_call(x, [self.weight]) if self._packs is not None else None
         if packed is None:
             return F.linear(x, self.weight, self.bias)
         out = torch.ops.mkldnn._linear_pointwise(_flat(x), packed[0], self.bias, "none", [None], "")
@@ -101,8 +106,7 @@ class PackedSwiGLU(SwiGLU):
         return self._packs.current([self.fc1_g.weight, self.fc1_x.weight]) is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weights = [self.fc1_g.weight, self.fc1_x.weight]
-        packed = self._packs.current(weights) if self._packs is not None and _packed_ok(x, *weights) else None
+        packed = self._packs.for_call(x, [self.fc1_g.weight, self.fc1_x.weight]) if self._packs is not None else None
         if packed is None:
             return super().forward(x)
         flat = _flat(x)
@@ -138,3 +142,14 @@ def prepack_cpu(model: nn.Module, rows_hint: int = 1024) -> int:
             m.__class__ = PackedLinear
             converted += m.prepack(rows_hint)
     return converted
+
+
+def packed_weights(model: nn.Module) -> list[torch.Tensor]:
+    """The weights of ``model`` that have a packed copy (each copy is about as large as its weight)."""
+    out: list[torch.Tensor] = []
+    for m in model.modules():
+        if type(m) is PackedLinear and m._packs is not None:
+            out.append(m.weight)
+        elif type(m) is PackedSwiGLU and m._packs is not None:
+            out += [m.fc1_g.weight, m.fc1_x.weight]
+    return out

@@ -12,13 +12,16 @@ import torch
 from timm.layers import SwiGLU
 from torch import nn
 
+from _browser import in_ci
 from relate.api import RelationPredictor
 from relate.model import create_relation_model
 from relate.model.config import BackboneConfig
-from relate.model.onednn import PackedLinear, PackedSwiGLU, prepack_cpu
+from relate.model.onednn import PackedLinear, PackedSwiGLU, packed_weights, prepack_cpu
 from tests.unit.test_model_forward_api import _batch, random_bank, tiny_cfg
 
-pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+# every x86 torch wheel has oneDNN: under CI its absence is a failure, not a skip
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available() and not in_ci(),
+                                reason="torch built without oneDNN (fails instead when CI is set)")
 
 
 def _ops(fn) -> set[str]:
@@ -109,6 +112,10 @@ def test_a_converted_relation_model_scores_as_before_with_the_same_state_dict():
     kept |= {id(c) for m in converted.modules() if type(m) is PackedSwiGLU for c in (m.fc1_g, m.fc1_x)}
     left = [name for name, m in converted.named_modules() if type(m) is nn.Linear and id(m) not in kept]
     assert not left, f"linears left on the BLAS path: {left}"
+    in_layers = {id(c) for m in converted.modules() if isinstance(m, (nn.TransformerEncoderLayer, nn.MultiheadAttention))
+                 for c in m.modules()}
+    want_packed = {id(m.weight) for m in converted.modules() if isinstance(m, nn.Linear) and id(m) not in in_layers}
+    assert {id(w) for w in packed_weights(converted)} == want_packed  # what onednn_packed_mib sums
     assert any(type(m) is PackedSwiGLU for m in converted.modules()), "the DINOv3 blocks' SwiGLU was not fused"
     assert 0 < n < len(plain_linears)  # a fused SwiGLU counts once for its three linears
     assert converted.state_dict().keys() == keys.keys()
