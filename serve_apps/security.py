@@ -14,7 +14,6 @@ import io
 import json
 import logging
 import struct
-import os
 import warnings
 from typing import Any, Callable, Sequence
 

@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from relate.metrics._boxmatch import Detections, box_map, greedy_one_to_one
-from relate.metrics._tables import GroundTruth, Predictions, expand_join, group_first
+from relate.metrics._tables import GroundTruth, Predictions, expand_join
 from relate.metrics.per_image import per_image_recall
 from relate.metrics.sgb import PROTOCOLS, sgb_recall
 

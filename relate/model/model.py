@@ -23,7 +23,7 @@ from relate.model.occlusion import OcclusionCue
 from relate.model.pair_head import PairEncoder, PairTransformer, geometry_features, scene_tokens
 from relate.model.pooling import PairRegionPool, gather_pairs
 from relate.model.queries import RegionQueryPool
-from relate.model.sampler import PairSampler, SampledPairs, candidate_grid
+from relate.model.sampler import PairSampler, SampledPairs
 
 __all__ = ["RelationModel", "RelationOutput", "create_relation_model"]
 

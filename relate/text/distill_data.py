@@ -17,7 +17,7 @@ from relate.text.distill import dehub, pad_token_outputs, pca_anchor_targets
 from relate.text.heldout import GroupSplit, assert_no_heldout_leak, split_inverse_groups
 from relate.text.encoders import HFTextEncoder, _batched, load_text_encoder, mean_pool
 from relate.text.report import geometry_report, render_markdown
-from relate.text.resources import load_inverse_pairs, load_synonym_groups, synonym_pairs
+from relate.text.resources import load_synonym_groups, synonym_pairs
 from relate.text.vocabulary import build_vocabulary, derived_inverse_pairs, modified_base_pairs
 
 __all__ = ["base_strings", "group_cross_pairs", "prepare_distill_data", "evaluate_text_spaces", "ACCEPTANCE"]

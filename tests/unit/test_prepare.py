@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import h5py
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
