@@ -1,9 +1,8 @@
-"""Inputs and evaluation for the relation train job: predicate space, Ray Data stage, metrics.
+"""Inputs of the relation train job: its data config, predicate space and Ray Data stage.
 
 The predicate space (synonym groups, inverses, P(directional), P(q|p), isotonic synonym
 weights, category bank and per-category-pair annotation rates) is built once on the driver
-and shipped to the workers. Evaluation is graph-constrained on ground-truth boxes and goes
-through ``relate.api.RelationPredictor`` and ``relate.metrics``, as the evaluator does.
+and shipped to the workers. Scoring a split is ``train_jobs.relation_eval``.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from relate.config import StrictConfig
 from relate.storage import Location, under_root
 from relate.losses import PredicateSpace, fit_synonym_weighting
 
-__all__ = ["DataConfig", "build_space", "DecodeStage", "evaluate_split", "report_test", "concept_key"]
+__all__ = ["DataConfig", "build_space", "DecodeStage", "concept_key", "concept_family"]
 
 
 class DataConfig(StrictConfig):
@@ -78,6 +77,16 @@ def concept_key(predicate: str, mode: str) -> str:
     from relate.text.resources import group_of
 
     return group_of(predicate) or predicate
+
+
+def concept_family(predicate: str, mode: str) -> str:
+    """The predicate family of a synthetic-lexicon string ('other' when unknown); 'all' otherwise."""
+    if mode == "synthetic_lexicon":
+        from relate.data.lexicon import CONCEPTS
+
+        key = concept_key(predicate, mode)
+        return CONCEPTS[key].family if key in CONCEPTS else "other"
+    return "all"
 
 
 def _predicate_tables(cfg: DataConfig, train: pa.Table | None) -> tuple[list[str], list[str], list[bool], np.ndarray, np.ndarray]:
@@ -206,7 +215,7 @@ def _scope_table(cfg: DataConfig, train: pa.Table, strings: list[str], keys: lis
     names = ["*"] + sorted(cfg.source_scopes)
     key_arr = np.array(keys, dtype=object)
     scope = np.ones((len(names), len(strings)), dtype=bool)
-    families = np.array([_family(x, cfg.predicates) for x in strings], dtype=object)
+    families = np.array([concept_family(x, cfg.predicates) for x in strings], dtype=object)
     for i, name in enumerate(names[1:], 1):
         spec = cfg.source_scopes[name]
         if spec == "observed":
@@ -278,137 +287,3 @@ class DecodeStage:
             if kept:
                 out["rels"][k, : len(kept)] = np.array(kept)
         return out
-
-
-def _family(predicate: str, mode: str) -> str:
-    if mode == "synthetic_lexicon":
-        from relate.data.lexicon import CONCEPTS
-
-        key = concept_key(predicate, mode)
-        return CONCEPTS[key].family if key in CONCEPTS else "other"
-    return "all"
-
-
-def _recalls(gt, preds, mode: str, tag: str) -> dict[str, float]:
-    """Exact-string and synonym-tolerant recall (graph-constrained, GT boxes) plus per-family mR@50."""
-    from relate.metrics.recall import evaluate_recall
-
-    pk = np.array([concept_key(str(s), mode) for s in preds.vocab], dtype=object)
-    gk = np.array([concept_key(str(s), mode) for s in gt.predicates], dtype=object)
-    out: dict[str, float] = {}
-    for name, match in (("exact", None), ("syn", pk[:, None] == gk[None, :])):
-        res = evaluate_recall(gt, preds, ks=(20, 50, 100), predicate_match=match)
-        for key in ("R@20", "R@50", "R@100", "mR@20", "mR@50", "mR@100"):
-            out[f"{tag}{name}/{key}"] = res.metrics[key]
-        fam: dict[str, list[float]] = {}
-        for pred, r in res.per_predicate[50].items():
-            fam.setdefault(_family(pred, mode), []).append(r)
-        out.update({f"{tag}{name}/family/{f}@50": float(np.mean(v)) for f, v in sorted(fam.items())})
-    return out
-
-
-def _pixel_accuracy(gt, scores, strings, mode: str) -> dict[str, float]:
-    """Pixel-only families (depth, appearance): does the true concept outscore its inverse on the
-    annotated pair? Chance is 0.5 and a boxes-only model cannot do better (the synthetic world
-    draws occlusion order and colour independently of geometry)."""
-    if mode != "synthetic_lexicon":
-        return {}
-    from relate.data.lexicon import CONCEPTS, PIXEL_FAMILIES
-
-    keys = np.array([concept_key(s, mode) for s in strings], dtype=object)
-    hits: dict[str, list[float]] = {f: [] for f in PIXEL_FAMILIES}
-    for img, s, o, p in zip(gt.rel_image, gt.rel_subject, gt.rel_object, gt.rel_predicate):
-        c = CONCEPTS.get(concept_key(str(gt.predicates[p]), mode))
-        if c is None or c.family not in PIXEL_FAMILIES or c.inverse is None:
-            continue
-        sc = scores[img]
-        row = np.flatnonzero((sc.pairs[:, 0] == s) & (sc.pairs[:, 1] == o))
-        own, inv = keys == c.name, keys == c.inverse
-        if row.size == 0 or not own.any() or not inv.any():
-            continue
-        logits = sc.l_pred[row[0]]
-        hits[c.family].append(float(logits[own].max() > logits[inv].max()))
-    return {f"pixel/{f}_acc": float(np.mean(v)) for f, v in hits.items() if v} | \
-        {f"pixel/{f}_n": float(len(v)) for f, v in hits.items()}
-
-
-def evaluate_split(predictor, cfg: DataConfig, split: str, limit: int | None = None,
-                   vocabulary=None, tag: str = "") -> dict[str, float]:
-    """Score a split with the predictor (GT boxes) and compute recall and pixel-only accuracy."""
-    from relate.data.corpus import read_corpus
-    from relate.metrics._tables import load_ground_truth, load_predictions
-
-    table = read_corpus(cfg.corpus_root, split)
-    if limit is not None:
-        table = table.slice(0, limit)
-    gt = load_ground_truth(table)
-    scores = predictor.score_images(table.column("uri").to_pylist(), table.column("boxes").to_pylist(), vocabulary)
-    preds = load_predictions(predictor.scores_to_table(table.column("image_id").to_pylist(), scores, vocabulary), gt)
-    strings = list(predictor.vocabulary_strings(vocabulary))
-    out = _recalls(gt, preds, cfg.predicates, tag)
-    out.update({f"{tag}{k}": v for k, v in _pixel_accuracy(gt, scores, strings, cfg.predicates).items()})
-    return out
-
-
-def baseline_metrics(cfg: DataConfig, split: str = "test") -> dict[str, float]:
-    """The frequency baseline (true categories, most frequent training predicates per category pair)."""
-    from relate.data.corpus import read_corpus
-    from relate.metrics._tables import load_ground_truth, load_predictions
-    from relate.metrics.baseline import fit_frequency_baseline
-
-    table = read_corpus(cfg.corpus_root, split)
-    gt = load_ground_truth(table)
-    base = fit_frequency_baseline(read_corpus(cfg.corpus_root, "train"), k=3)
-    preds = load_predictions(base.predict(gt, pairs="all"), gt)
-    return _recalls(gt, preds, cfg.predicates, "baseline/")
-
-
-def report_test(predictor, cfg: DataConfig) -> dict[str, float]:
-    """Test split: model with every known form, the frequency baseline, and the vocabulary swap to
-    held-out synonyms only (never in the training bank), scored by the synonym-tolerant matcher."""
-    held = _predicate_tables(cfg, None)[2] if cfg.predicates == "synthetic_lexicon" else None
-    forms = _all_forms(cfg)
-    out = evaluate_split(predictor, cfg, "test", vocabulary=forms, tag="model/")
-    out.update(baseline_metrics(cfg, "test"))
-    if held is not None and any(held):
-        unseen = [f for f, h in zip(forms, held) if h]
-        out.update(evaluate_split(predictor, cfg, "test", vocabulary=unseen, tag="swap/"))
-    lines = [f"{k:45s} {v:.4f}" for k, v in sorted(out.items())]
-    print("test split, GT boxes, graph-constrained\n" + "\n".join(lines), flush=True)
-    return out
-
-
-def _all_forms(cfg: DataConfig) -> list[str]:
-    if cfg.predicates == "synthetic_lexicon":
-        from relate.data.lexicon import all_surface_forms
-
-        return all_surface_forms()
-    from relate.data.corpus import read_corpus
-
-    train = read_corpus(cfg.corpus_root, "train")
-    return sorted({r["predicate"] for rels in train.column("relations").to_pylist() for r in rels})
-
-
-def _cli(argv=None) -> dict:
-    """``python -m train_jobs.relation_data CHECKPOINT CORPUS_ROOT``: the test-split report of one
-    checkpoint folder (model, frequency baseline, vocabulary swap), as printed after training."""
-    import argparse
-    import json
-
-    from relate.api import load_model
-
-    ap = argparse.ArgumentParser(description=_cli.__doc__)
-    ap.add_argument("checkpoint")
-    ap.add_argument("corpus_root")
-    ap.add_argument("--out", default=None, help="also write the figures as JSON")
-    args = ap.parse_args(argv)
-    out = report_test(load_model(args.checkpoint), DataConfig(corpus_root=args.corpus_root))
-    if args.out:
-        from pathlib import Path
-
-        Path(args.out).write_text(json.dumps(out, indent=2))
-    return out
-
-
-if __name__ == "__main__":
-    _cli()

@@ -39,7 +39,8 @@ from relate.losses import LossConfig, PredicateSpace, force_mask, relation_objec
 from relate.model.config import RelationModelConfig
 from relate.placement import ResourcesConfig, scaling_config_kwargs
 from relate.storage import Location, is_uri, join, redact, resolve, uri_for
-from train_jobs.relation_data import DataConfig, DecodeStage, build_space, evaluate_split
+from train_jobs.relation_data import DataConfig, DecodeStage, build_space
+from train_jobs.relation_eval import evaluate_split
 from train_jobs import run_files
 from train_jobs.run_files import PROGRESS_LOG, ProgressLog, RunError, RunState, maybe_kill, new_run_name
 
@@ -417,7 +418,7 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
             print(f"calibration not installed in {out.checkpoint}: {exc}", flush=True)
     if cfg.run.evaluate_test and ckpt is not None:
         from relate.api import load_model
-        from train_jobs.relation_data import report_test
+        from train_jobs.relation_eval import report_test
 
         out.test = report_test(load_model(ckpt.path, filesystem=fs), cfg.data)
     out.seconds = time.perf_counter() - t0

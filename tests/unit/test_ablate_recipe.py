@@ -9,7 +9,8 @@ import math
 import pytest
 from scipy import stats
 
-from train_jobs.ablate_recipe import _world_fields, load_finished, mean_interval, run_settings, tabulate
+from train_jobs.ablate_recipe import (_world_fields, checkpoint_candidates, load_finished, mean_interval, rescore,
+                                      run_settings, tabulate)
 
 
 def test_mean_interval_matches_scipy_t_interval():
@@ -48,3 +49,30 @@ def test_finished_runs_are_reused_only_under_the_same_settings(tmp_path):
     f.write_text(json.dumps({"settings": a, "test": {"model/syn/mR@50": 0.5}}))
     assert load_finished(f, a) == {"model/syn/mR@50": 0.5}
     assert load_finished(f, run_settings(["run.seed=0", "loss.pu_discount=false"])) is None
+
+
+def _ckpt(tmp_path, run: str, name: str) -> str:
+    d = tmp_path / "train" / run / name
+    d.mkdir(parents=True)
+    return str(d)
+
+
+def test_a_kept_run_is_scored_again_only_from_a_checkpoint_that_reproduces_it(tmp_path):
+    """The newest checkpoint of the run's folder is an earlier run's (other weights): its figures
+    differ, so it is passed over for the one that reproduces every kept figure."""
+    old = _ckpt(tmp_path, "full-seed0-20261201-050000-aaaaaa", "checkpoint_2026-12-01_05-02-00")
+    new = _ckpt(tmp_path, "full-seed0-20261201-060000-bbbbbb", "checkpoint_2026-12-01_06-02-00")
+    _ckpt(tmp_path, "full-seed01-20261201-070000-cccccc", "checkpoint_2026-12-01_07-02-00")  # seed 01, not 0
+    saved = {"settings": [], "test": {"model/syn/mR@50": 0.5}}
+    cands = checkpoint_candidates(saved, tmp_path / "train", "full-seed0")
+    assert cands == [new, old]  # newest first, and seed 01's folder is not seed 0's
+    figures = {new: {"model/syn/mR@50": 0.6, "model/syn_nogc/mR@50": 0.9},
+               old: {"model/syn/mR@50": 0.5, "model/syn_nogc/mR@50": 0.7}}
+    scored: list[str] = []
+    test, ckpt = rescore(saved, cands, lambda c: scored.append(c) or figures[c])
+    assert ckpt == old and test == {"model/syn/mR@50": 0.5, "model/syn_nogc/mR@50": 0.7}
+    assert scored == [new, old]
+    # the recorded checkpoint is tried first; none reproducing means the run is trained again
+    assert checkpoint_candidates({**saved, "checkpoint": old}, tmp_path / "train", "full-seed0")[0] == old
+    assert rescore({"test": {"model/syn/mR@50": 0.4}}, cands, lambda c: figures[c]) is None
+    assert rescore(saved, [str(tmp_path / "gone")], lambda c: figures[c]) is None  # a missing folder is skipped

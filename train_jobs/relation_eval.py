@@ -1,0 +1,160 @@
+"""Scoring a split for the relation train job: recall on ground-truth boxes and pixel-only accuracy.
+
+Goes through ``relate.api.RelationPredictor`` and ``relate.metrics``, as the evaluator does.
+Recall is reported exact-string and synonym-tolerant, graph-constrained, and synonym-tolerant
+without the constraint (``syn_nogc``). ``python -m train_jobs.relation_eval CHECKPOINT
+CORPUS_ROOT`` prints the test-split report of one checkpoint folder, as training prints it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from train_jobs.relation_data import DataConfig, _predicate_tables, concept_family, concept_key
+
+__all__ = ["evaluate_split", "baseline_metrics", "report_test"]
+
+
+def _recalls(gt, preds, mode: str, tag: str) -> dict[str, float]:
+    """Recall on GT boxes, with per-family mR@50: exact-string and synonym-tolerant, graph-constrained
+    (one predicate per pair), and synonym-tolerant without the constraint (``syn_nogc``), where a
+    pair's further true predicates can count. Unconstrained, each concept enters a pair's ranking
+    once, at its best-scoring form, so a concept's synonyms do not take its pair's other slots."""
+    from relate.metrics.recall import evaluate_recall
+
+    pk = np.array([concept_key(str(s), mode) for s in preds.vocab], dtype=object)
+    gk = np.array([concept_key(str(s), mode) for s in gt.predicates], dtype=object)
+    by_concept = _best_form_per_concept(preds, pk)
+    out: dict[str, float] = {}
+    for name, p, match, constrained in (("exact", preds, None, True), ("syn", preds, pk[:, None] == gk[None, :], True),
+                                        ("syn_nogc", by_concept, by_concept.vocab[:, None] == gk[None, :], False)):
+        res = evaluate_recall(gt, p, ks=(20, 50, 100), predicate_match=match, graph_constrained=constrained)
+        for key in ("R@20", "R@50", "R@100", "mR@20", "mR@50", "mR@100"):
+            out[f"{tag}{name}/{key}"] = res.metrics[key]
+        fam: dict[str, list[float]] = {}
+        for pred, r in res.per_predicate[50].items():
+            fam.setdefault(concept_family(pred, mode), []).append(r)
+        out.update({f"{tag}{name}/family/{f}@50": float(np.mean(v)) for f, v in sorted(fam.items())})
+    return out
+
+
+def _best_form_per_concept(preds, keys: np.ndarray):
+    """``preds`` with one triplet per (image, subject, object, concept): the best score among the
+    concept's forms; the vocabulary becomes the concept keys."""
+    from dataclasses import replace
+
+    concepts, code = np.unique(keys.astype(str), return_inverse=True)
+    key = np.stack([preds.image, preds.subject, preds.object, code[preds.predicate]], axis=1)
+    rows, group = np.unique(key, axis=0, return_inverse=True)
+    best = np.full(len(rows), -np.inf)
+    np.maximum.at(best, group.ravel(), preds.score)
+    return replace(preds, image=rows[:, 0], subject=rows[:, 1], object=rows[:, 2], predicate=rows[:, 3],
+                   score=best, vocab=concepts.astype(object), offsets=None)
+
+
+def _pixel_accuracy(gt, scores, strings, mode: str) -> dict[str, float]:
+    """Pixel-only families (depth, appearance): does the true concept outscore its inverse on the
+    annotated pair? Chance is 0.5 and a boxes-only model cannot do better (the synthetic world
+    draws occlusion order and colour independently of geometry)."""
+    if mode != "synthetic_lexicon":
+        return {}
+    from relate.data.lexicon import CONCEPTS, PIXEL_FAMILIES
+
+    keys = np.array([concept_key(s, mode) for s in strings], dtype=object)
+    hits: dict[str, list[float]] = {f: [] for f in PIXEL_FAMILIES}
+    for img, s, o, p in zip(gt.rel_image, gt.rel_subject, gt.rel_object, gt.rel_predicate):
+        c = CONCEPTS.get(concept_key(str(gt.predicates[p]), mode))
+        if c is None or c.family not in PIXEL_FAMILIES or c.inverse is None:
+            continue
+        sc = scores[img]
+        row = np.flatnonzero((sc.pairs[:, 0] == s) & (sc.pairs[:, 1] == o))
+        own, inv = keys == c.name, keys == c.inverse
+        if row.size == 0 or not own.any() or not inv.any():
+            continue
+        logits = sc.l_pred[row[0]]
+        hits[c.family].append(float(logits[own].max() > logits[inv].max()))
+    return {f"pixel/{f}_acc": float(np.mean(v)) for f, v in hits.items() if v} | \
+        {f"pixel/{f}_n": float(len(v)) for f, v in hits.items()}
+
+
+def evaluate_split(predictor, cfg: DataConfig, split: str, limit: int | None = None,
+                   vocabulary=None, tag: str = "") -> dict[str, float]:
+    """Score a split with the predictor (GT boxes) and compute recall and pixel-only accuracy."""
+    from relate.data.corpus import read_corpus
+    from relate.metrics._tables import load_ground_truth, load_predictions
+
+    table = read_corpus(cfg.corpus_root, split)
+    if limit is not None:
+        table = table.slice(0, limit)
+    gt = load_ground_truth(table)
+    scores = predictor.score_images(table.column("uri").to_pylist(), table.column("boxes").to_pylist(), vocabulary)
+    preds = load_predictions(predictor.scores_to_table(table.column("image_id").to_pylist(), scores, vocabulary), gt)
+    strings = list(predictor.vocabulary_strings(vocabulary))
+    out = _recalls(gt, preds, cfg.predicates, tag)
+    out.update({f"{tag}{k}": v for k, v in _pixel_accuracy(gt, scores, strings, cfg.predicates).items()})
+    return out
+
+
+def baseline_metrics(cfg: DataConfig, split: str = "test") -> dict[str, float]:
+    """The frequency baseline (true categories, most frequent training predicates per category pair)."""
+    from relate.data.corpus import read_corpus
+    from relate.metrics._tables import load_ground_truth, load_predictions
+    from relate.metrics.baseline import fit_frequency_baseline
+
+    table = read_corpus(cfg.corpus_root, split)
+    gt = load_ground_truth(table)
+    base = fit_frequency_baseline(read_corpus(cfg.corpus_root, "train"), k=3)
+    preds = load_predictions(base.predict(gt, pairs="all"), gt)
+    return _recalls(gt, preds, cfg.predicates, "baseline/")
+
+
+def report_test(predictor, cfg: DataConfig) -> dict[str, float]:
+    """Test split: model with every known form, the frequency baseline, and the vocabulary swap to
+    held-out synonyms only (never in the training bank), scored by the synonym-tolerant matcher."""
+    held = _predicate_tables(cfg, None)[2] if cfg.predicates == "synthetic_lexicon" else None
+    forms = _all_forms(cfg)
+    out = evaluate_split(predictor, cfg, "test", vocabulary=forms, tag="model/")
+    out.update(baseline_metrics(cfg, "test"))
+    if held is not None and any(held):
+        unseen = [f for f, h in zip(forms, held) if h]
+        out.update(evaluate_split(predictor, cfg, "test", vocabulary=unseen, tag="swap/"))
+    lines = [f"{k:45s} {v:.4f}" for k, v in sorted(out.items())]
+    print("test split, GT boxes (syn_nogc: without the graph constraint; the rest graph-constrained)\n"
+          + "\n".join(lines), flush=True)
+    return out
+
+
+def _all_forms(cfg: DataConfig) -> list[str]:
+    if cfg.predicates == "synthetic_lexicon":
+        from relate.data.lexicon import all_surface_forms
+
+        return all_surface_forms()
+    from relate.data.corpus import read_corpus
+
+    train = read_corpus(cfg.corpus_root, "train")
+    return sorted({r["predicate"] for rels in train.column("relations").to_pylist() for r in rels})
+
+
+def _cli(argv=None) -> dict:
+    """``python -m train_jobs.relation_eval CHECKPOINT CORPUS_ROOT``: the test-split report of one
+    checkpoint folder (model, frequency baseline, vocabulary swap), as printed after training."""
+    import argparse
+    import json
+
+    from relate.api import load_model
+
+    ap = argparse.ArgumentParser(description=_cli.__doc__)
+    ap.add_argument("checkpoint")
+    ap.add_argument("corpus_root")
+    ap.add_argument("--out", default=None, help="also write the figures as JSON")
+    args = ap.parse_args(argv)
+    out = report_test(load_model(args.checkpoint), DataConfig(corpus_root=args.corpus_root))
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    _cli()
