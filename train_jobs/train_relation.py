@@ -21,36 +21,26 @@ as given, and an existing one is an error unless resuming.
 from __future__ import annotations
 
 import argparse
-import logging
-import math
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import torch
 from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, parse_job_args
-from relate.jobinfo import eta_seconds, format_seconds, run_name
-from relate.losses import LossConfig, PredicateSpace, force_mask, relation_objective
+from relate.jobinfo import run_name
+from relate.losses import LossConfig
 from relate.model.config import RelationModelConfig
 from relate.placement import ResourcesConfig, scaling_config_kwargs
 from relate.storage import Location, is_uri, join, redact, resolve, uri_for
-from train_jobs.relation_data import DataConfig, DecodeStage, build_space
-from train_jobs.relation_eval import evaluate_split
 from train_jobs import run_files
-from train_jobs.run_files import PROGRESS_LOG, ProgressLog, RunError, RunState, maybe_kill, new_run_name
+from train_jobs.relation_data import DataConfig, DecodeStage, build_space
+from train_jobs.relation_worker import train_loop_per_worker
+from train_jobs.run_files import PROGRESS_LOG, RunError, RunState, new_run_name
 
 __all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "main",
            "resolve_storage_path", "progress_file", "RunError", "RunState", "new_run_name", "plan_run", "parse_args"]
-
-
-# Rank 0's step lines go through a logger, not print: inside a Ray Train worker, print is patched
-# to log *and* echo to the captured stdout, so every printed line reached the job log twice.
-_log = logging.getLogger(__name__)
 
 
 class OptimConfig(StrictConfig):
@@ -124,199 +114,6 @@ class TrainRelationResult:
     test: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)
     seconds: float = 0.0
-
-
-class _EMA:
-    """Exponential moving average of the floating-point state, warmed up as (1 + t) / (10 + t)."""
-
-    def __init__(self, model: torch.nn.Module, decay: float) -> None:
-        self.decay = decay
-        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-    @torch.no_grad()
-    def update(self, model: torch.nn.Module, step: int) -> None:
-        d = min(self.decay, (1 + step) / (10 + step))
-        for k, v in model.state_dict().items():
-            if v.dtype.is_floating_point:
-                self.state[k].mul_(d).add_(v.detach(), alpha=1 - d)
-            else:
-                self.state[k].copy_(v)
-
-
-class _Runner:
-    """Owns the step, validation and checkpoint I/O of one worker."""
-
-    def __init__(self, cfg: TrainRelationConfig, space: dict, total_steps: int) -> None:
-        import ray.train
-        import ray.train.torch
-        from relate.model.model import create_relation_model
-
-        self.cfg, self.total = cfg, total_steps
-        self.ctx = ray.train.get_context()
-        self.rank = self.ctx.get_world_rank()
-        torch.manual_seed(cfg.run.seed)
-        self.device = ray.train.torch.get_device()
-        self.space: PredicateSpace = space["space"].to(self.device)
-        self.bank = space["bank"]
-        self.bank_t = self.bank.tensor(self.device)
-        self.raw = create_relation_model(cfg.model)
-        self.ema = _EMA(self.raw, cfg.optim.ema)
-        self.model = ray.train.torch.prepare_model(self.raw, parallel_strategy_kwargs={"find_unused_parameters": True})
-        o = cfg.optim
-        self.opt = torch.optim.AdamW([{"params": self.raw.backbone_parameters(), "lr": o.lr_backbone},
-                                      {"params": self.raw.head_parameters(), "lr": o.lr_head}],
-                                     weight_decay=o.weight_decay)
-        self.base_lrs = [o.lr_backbone, o.lr_head]
-        self.step = 0
-        self.resumed_from = 0
-        self.rng = np.random.default_rng(cfg.run.seed)
-
-    def lr_scale(self) -> float:
-        w = self.cfg.optim.warmup_steps
-        if self.step < w:
-            return (self.step + 1) / w
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (self.step - w) / max(1, self.total - w))))
-
-    def train_step(self, batch: dict) -> dict[str, float]:
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        images = batch["image"].to(self.device).permute(0, 3, 1, 2).float().div_(255)
-        boxes, valid = batch["boxes"].to(self.device).float(), batch["box_valid"].to(self.device).bool()
-        rels, cats = batch["rels"].to(self.device).long(), batch["categories"].to(self.device).long()
-        rung = float(self.rng.choice(cfg.data.rungs))  # one resolution per step (Table 14 multi-scale)
-        side = _rung_side(cfg.model.backbone.img_size, rung, self.raw.preprocessing.patch_size)
-        if side != images.shape[-1]:
-            boxes = boxes * (side / images.shape[-1])
-            images = torch.nn.functional.interpolate(images, size=(side, side), mode="bilinear", antialias=True)
-        amp = cfg.optim.amp and self.device.type == "cuda"
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
-            out = self.model(images, boxes, valid, self.bank_t, force=force_mask(rels, valid.shape[1]))
-            terms = relation_objective(out, rels, cats, valid, self.space, cfg.loss,
-                                       sources=batch["source"].to(self.device) if "source" in batch else None)
-        for g, base in zip(self.opt.param_groups, self.base_lrs):
-            g["lr"] = base * self.lr_scale()
-        self.opt.zero_grad(set_to_none=True)
-        terms["total"].backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), cfg.optim.grad_clip)
-        self.opt.step()
-        self.step += 1
-        self.ema.update(self.raw, self.step)
-        out = {f"loss/{k}": float(v.detach()) for k, v in terms.items()}
-        out.update({"grad_norm": float(gnorm), "step": self.step, "rung_side": side,
-                    "step_seconds": time.perf_counter() - t0, "resumed_from_step": self.resumed_from,
-                    "gate_deformable": float(self.raw.deformable.gate.detach()) if self.raw.deformable is not None else 0.0})
-        return out
-
-    def ema_model(self):
-        from relate.model.model import create_relation_model
-
-        m = create_relation_model(self.cfg.model)
-        m.load_state_dict(self.ema.state)
-        return m.eval()
-
-    def validate(self) -> dict[str, float]:
-        from relate.api import RelationPredictor
-
-        predictor = RelationPredictor(self.ema_model(), self.bank)
-        return {f"val/{k}": v for k, v in evaluate_split(predictor, self.cfg.data, "val",
-                                                          limit=self.cfg.run.val_images).items()
-                if isinstance(v, float)}
-
-    def save_checkpoint(self, folder: Path) -> None:
-        from relate.checkpoint import save_checkpoint
-
-        save_checkpoint(folder, self.raw, self.bank, state_dict=self.ema.state)
-        torch.save({"model": self.raw.state_dict(), "ema": self.ema.state, "opt": self.opt.state_dict(),
-                    "step": self.step, "rng": self.rng.bit_generator.state}, folder / "train_state.pt")
-
-    def load_checkpoint(self, folder: Path) -> None:
-        st = torch.load(folder / "train_state.pt", map_location=self.device, weights_only=False)
-        self.raw.load_state_dict(st["model"])
-        self.ema.state = st["ema"]
-        self.opt.load_state_dict(st["opt"])
-        self.step = int(st["step"])
-        self.resumed_from = self.step
-        self.rng.bit_generator.state = st["rng"]
-
-
-def _say(line: str) -> None:
-    """One console line from rank 0: through Ray Train's worker logging when it is set up, else print."""
-    if logging.getLogger().hasHandlers():
-        _log.setLevel(logging.INFO)
-        _log.info(line)
-    else:
-        print(line, flush=True)
-
-
-class _DropReports(logging.Filter):
-    """Drops Ray Train's per-report line ("Reporting training result N: ... from rank R")."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Reporting training result")
-
-
-def quiet_reports(keep: bool = False) -> None:
-    """In a worker: drop Ray Train's per-report log line unless ``keep`` (``run.log_reports``). The
-    line comes from the logger of ray.train.v2's execution context module (named after its file)."""
-    from ray.train.v2._internal.execution import context
-
-    log = context.logger
-    for f in [f for f in log.filters if isinstance(f, _DropReports)]:
-        log.removeFilter(f)
-    if not keep:
-        log.addFilter(_DropReports())
-
-
-def _rung_side(base: int, rung: float, patch: int) -> int:
-    return max(patch, int(round(base * rung / patch)) * patch)
-
-
-def train_loop_per_worker(config: dict) -> None:
-    import ray.train
-
-    cfg = TrainRelationConfig.model_validate(config["cfg"])
-    quiet_reports(cfg.run.log_reports)
-    runner = _Runner(cfg, config["space"], config["total_steps"])
-    ckpt = ray.train.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d:
-            runner.load_checkpoint(Path(d))
-    shard = ray.train.get_dataset_shard("train")
-    progress = ProgressLog(config["run_dir"]) if runner.rank == 0 else None
-    if ckpt is not None and progress is not None:
-        line = f"resumed from step {runner.step}/{runner.total} (checkpoint {Path(ckpt.path).name})"
-        _say(line)
-        progress.write(line)
-    t_last = t_start = time.perf_counter()
-    first = runner.step
-    while runner.step < runner.total:
-        for batch in shard.iter_torch_batches(batch_size=cfg.optim.batch_size, drop_last=True):
-            metrics = runner.train_step(batch)
-            maybe_kill(cfg.run.kill_worker_at_step, runner.step, runner.rank, runner.ctx.get_world_size(),
-                       config["run_dir"])
-            last = runner.step >= runner.total
-            if (cfg.run.val_every and runner.step % cfg.run.val_every == 0) or last:
-                if runner.rank == 0:
-                    metrics.update(runner.validate())
-            if runner.rank == 0 and runner.step % cfg.run.log_every == 0:
-                now = time.perf_counter()
-                eta = eta_seconds(runner.step - first, runner.total - first, now - t_start)
-                line = (f"step {runner.step}/{runner.total} loss {metrics['loss/total']:.4f} side {metrics['rung_side']} "
-                        f"compute {metrics['step_seconds']:.2f}s wall {now - t_last:.2f}s eta {format_seconds(eta)}")
-                _say(line)
-                if progress is not None:
-                    progress.write(line)
-            t_last = time.perf_counter()
-            if runner.step % cfg.run.checkpoint_every == 0 or last:
-                with tempfile.TemporaryDirectory() as tmp:
-                    if runner.rank == 0:
-                        runner.save_checkpoint(Path(tmp))
-                    ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp)
-                                     if runner.rank == 0 else None)
-            else:
-                ray.train.report(metrics)
-            if last:
-                return
 
 
 def resolve_storage_path(path: str) -> str:

@@ -99,7 +99,7 @@ def test_ray_trains_per_report_line_is_dropped_unless_asked():
     import logging
 
     from ray.train.v2._internal.execution import context
-    from train_jobs.train_relation import quiet_reports
+    from train_jobs.relation_worker import quiet_reports
 
     got: list[str] = []
     handler = logging.Handler()
