@@ -61,7 +61,8 @@ from relate.judge import (AUDIT_SCHEMA, GraphArmConfig, RelationArmConfig, Scrip
 from relate.judge.summary import table7_markdown
 from pipelines.annotate_shards import read_failures
 from eval_jobs.judge_shard import calls_to_make, earlier_calls, render_shard, run_shard, shard_files, write_shard
-from pipelines.annotate_stages import STOP_KINDS, merge_counters
+from pipelines.annotate_stages import merge_counters
+from pipelines.vlm_calls import STOP_KINDS
 
 __all__ = ["JudgeSystemSpec", "JudgeBackendConfig", "JudgeJobConfig", "JudgeStopped", "shard_plan", "shard_files",
            "run_shard", "load_audit", "summarise", "load_a5", "main"]

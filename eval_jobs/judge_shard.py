@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from pipelines.annotate_shards import atomic_write, read_pending, write_incomplete
-from pipelines.annotate_stages import UNAVAILABLE, CallBreaker, call_outcomes, merge_counters
+from pipelines.annotate_stages import merge_counters
+from pipelines.vlm_calls import UNAVAILABLE, CallBreaker, call_outcomes
 from relate.judge import audit_table, build_graph_calls, build_relation_calls, parse_graph_verdict
 from relate.judge.protocol import select_deployed, select_matched, select_relative
 

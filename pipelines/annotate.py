@@ -40,9 +40,10 @@ from actors.vlm.configs import VLMConfig
 from pipelines.annotate_input import ImagesInput, read_records
 from pipelines.annotate_shards import (atomic_write, balance_shard, load_pending, read_failures,
                                        shard_paths, write_shard)
-from pipelines.annotate_stages import (STOP_KINDS, VLM_PASSES, GateStage, MarkStage, ParseStage, PassesStage, PromptStage,
+from pipelines.annotate_stages import (VLM_PASSES, GateStage, MarkStage, ParseStage, PassesStage, PromptStage,
                                        merge_counters, rows_to_table)
 from pipelines.annotate_writer import SpoolStage, finish_shard, spool_root, spooled_rows
+from pipelines.vlm_calls import STOP_KINDS
 from relate.annotation_stats import (annotation_statistics, format_annotation_table, format_throughput_line, format_usage_line,
                                      format_vlm_line, throughput, vlm_call_stats)
 from relate.config import StrictConfig, dump_config, parse_job_args

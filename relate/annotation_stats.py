@@ -146,7 +146,7 @@ def annotation_statistics(kept: pa.Table, rejected: pa.Table | None, counters: M
 
 def latency_percentiles(hist: Mapping[str, int], qs: tuple[float, ...] = (0.5, 0.9, 0.99)) -> dict[str, float | None]:
     """Nearest-rank percentiles (ms) of a latency histogram (bins of
-    :func:`pipelines.annotate_stages.latency_bin`): the geometric middle of the bin holding the
+    :func:`pipelines.vlm_calls.latency_bin`): the geometric middle of the bin holding the
     rank, so within about 2.2% of the exact value. None without calls."""
     bins = sorted((int(k), int(n)) for k, n in hist.items() if n)
     total = sum(n for _, n in bins)

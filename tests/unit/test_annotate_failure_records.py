@@ -19,7 +19,8 @@ from actors.vlm.http import HTTPBackendError, OpenAIBackend
 from pipelines.annotate import AnnotateConfig, annotate_local, shard_plan
 from pipelines.annotate_input import ImagesInput, read_boxes_file
 from pipelines.annotate_shards import read_failures, shard_paths
-from pipelines.annotate_stages import UNAVAILABLE, GateStage, MarkStage, ParseStage, PassesStage
+from pipelines.annotate_stages import GateStage, MarkStage, ParseStage, PassesStage
+from pipelines.vlm_calls import UNAVAILABLE
 from relate.annotation_stats import IMAGE_RULES, annotation_statistics
 
 
@@ -193,7 +194,7 @@ def test_token_totals_equal_what_the_server_reported_and_none_are_invented():
 
 
 def test_latency_percentiles_from_the_histogram_are_within_its_resolution():
-    from pipelines.annotate_stages import latency_bin
+    from pipelines.vlm_calls import latency_bin
     from relate.annotation_stats import latency_percentiles
 
     rng = np.random.default_rng(3)
