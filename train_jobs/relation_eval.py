@@ -146,9 +146,13 @@ def _cli(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=_cli.__doc__)
     ap.add_argument("checkpoint")
     ap.add_argument("corpus_root")
+    ap.add_argument("--predicates", default="synthetic_lexicon", choices=["synthetic_lexicon", "text_resources"],
+                    help="where synonym groups come from: the training run's data.predicates (a checkpoint does "
+                         "not record it)")
     ap.add_argument("--out", default=None, help="also write the figures as JSON")
     args = ap.parse_args(argv)
-    out = report_test(load_model(args.checkpoint), DataConfig(corpus_root=args.corpus_root))
+    out = report_test(load_model(args.checkpoint), DataConfig(corpus_root=args.corpus_root,
+                                                              predicates=args.predicates))
     if args.out:
         from pathlib import Path
 
