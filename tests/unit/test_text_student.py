@@ -124,7 +124,7 @@ def test_spread_is_the_report_participation_ratio_and_pushes_a_folded_batch_open
     w = DistillWeights(relational=0.0, anchor=0.0, neighbourhood=0.0, spread=1.0)
     got = distill_losses(_unit(folded), t, t, none, none, none, w)
     log_ratio = np.log(participation_ratio(x.numpy()) / participation_ratio(t.numpy()))
-    assert float(got["spread"]) == pytest.approx(log_ratio ** 2, rel=1e-4) and float(got["total"]) > 0.1
+    assert got["spread"].item() == pytest.approx(log_ratio ** 2, rel=1e-4) and got["total"].item() > 0.1
     got["total"].backward()
     with torch.no_grad():
         opened = _unit(folded - 0.5 * folded.grad)
