@@ -81,6 +81,21 @@ def tabulate(runs: dict[str, dict[int, dict[str, float]]], keys: Sequence[str]) 
     return summary, "\n".join(lines) + "\n"
 
 
+def shared_pair_shares(relations: Sequence[Sequence[dict]], family: Callable[[str], str]) -> dict[str, tuple[int, int]]:
+    """Family -> (relations, those whose pair carries another stated predicate), over images'
+    relation lists: where a pair's further true predicates, and so the discount, can count."""
+    out: dict[str, list[int]] = {}
+    for rels in relations:
+        per_pair: dict[tuple[int, int], set[str]] = {}
+        for r in rels:
+            per_pair.setdefault((r["subject"], r["object"]), set()).add(r["predicate"])
+        for r in rels:
+            c = out.setdefault(family(r["predicate"]), [0, 0])
+            c[0] += 1
+            c[1] += len(per_pair[(r["subject"], r["object"])]) > 1
+    return {f: (n, k) for f, (n, k) in sorted(out.items())}
+
+
 def run_settings(overrides: Sequence[str]) -> list[str]:
     """The overrides that decide a run's figures (where it is stored and its name do not)."""
     return sorted(o for o in overrides if not o.startswith(("run.storage_path=", "run.name=")))
@@ -143,8 +158,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     from relate.api import load_model
     from relate.config import load_config
+    from relate.data.corpus import read_corpus
     from relate.data.synthetic import SyntheticConfig
     from relate.data.synthetic_annotation import source_scopes
+    from train_jobs.relation_data import concept_family
     from train_jobs.relation_eval import report_test
     from train_jobs.train_relation import TrainRelationConfig
     from train_jobs.train_relation import main as train
@@ -189,9 +206,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
         for arm, cells in part.items():
             summary.setdefault(arm, {}).update(cells)
         tables.append(f"Test split, synonym-tolerant recall@50, {title}\n\n{table}")
+    test = read_corpus(Path(args.corpus_root).resolve(), "test").column("relations").to_pylist()
+    mode = cfg.data.predicates  # every run's: --set applies to all
+    shares = shared_pair_shares(test, lambda p: concept_family(p, mode))
+    tables.append("Test relations per family, and how many share their pair with another stated predicate\n\n"
+                  + "\n".join(f"- {f}: {k} of {n} ({k / n:.0%})" for f, (n, k) in shares.items()) + "\n")
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.json").write_text(json.dumps({"runs": {a: {str(s): f for s, f in by.items()}
-                                                            for a, by in runs.items()}, "summary": summary}, indent=1))
+                                                            for a, by in runs.items()}, "summary": summary,
+                                                   "shared_pair": {f: {"relations": n, "shared": k}
+                                                                   for f, (n, k) in shares.items()}}, indent=1))
     (out / "ablation.md").write_text("\n".join(tables))
     print("\n".join(tables), flush=True)
     return summary

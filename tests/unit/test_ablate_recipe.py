@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from train_jobs.ablate_recipe import (_world_fields, checkpoint_candidates, load_finished, mean_interval, rescore,
-                                      run_settings, tabulate)
+                                      run_settings, shared_pair_shares, tabulate)
 
 
 def test_mean_interval_matches_scipy_t_interval():
@@ -76,3 +76,11 @@ def test_a_kept_run_is_scored_again_only_from_a_checkpoint_that_reproduces_it(tm
     assert checkpoint_candidates({**saved, "checkpoint": old}, tmp_path / "train", "full-seed0")[0] == old
     assert rescore({"test": {"model/syn/mR@50": 0.4}}, cands, lambda c: figures[c]) is None
     assert rescore(saved, [str(tmp_path / "gone")], lambda c: figures[c]) is None  # a missing folder is skipped
+
+
+def test_shared_pair_shares_count_relations_whose_pair_has_another_predicate():
+    images = [[{"subject": 0, "object": 1, "predicate": "left of"}, {"subject": 0, "object": 1, "predicate": "near"},
+               {"subject": 1, "object": 0, "predicate": "near"}, {"subject": 2, "object": 3, "predicate": "part of"}],
+              [{"subject": 0, "object": 1, "predicate": "near"}]]  # same indices, another image: not shared
+    fam = {"left of": "spatial", "near": "proximity", "part of": "part"}
+    assert shared_pair_shares(images, fam.__getitem__) == {"part": (1, 0), "proximity": (3, 1), "spatial": (1, 1)}
