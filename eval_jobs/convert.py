@@ -131,13 +131,14 @@ def scene_graphs_table(ids: Sequence[str], images: Sequence[dict], predicates: S
 
 
 def _matcher(cfg: ConvertConfig):
-    from eval_jobs.ovsgg import SynonymSpec, _embed_fn, _synonym_groups
+    from eval_jobs.ovsgg_cells import embed_fn, synonym_groups
+    from eval_jobs.ovsgg_config import SynonymSpec
     from relate.metrics.openvocab import SynonymMatcher, calibrate_synonym_threshold
 
-    embed = _embed_fn(cfg.encoder)
+    embed = embed_fn(cfg.encoder)
     if cfg.threshold is not None:
         return embed, SynonymMatcher(cfg.threshold, cfg.encoder)
-    groups = _synonym_groups(SynonymSpec(encoder=cfg.encoder, groups=cfg.synonym_groups))
+    groups = synonym_groups(SynonymSpec(encoder=cfg.encoder, groups=cfg.synonym_groups))
     return embed, calibrate_synonym_threshold(embed, groups, space=cfg.encoder)
 
 
@@ -168,7 +169,8 @@ def main(cfg: ConvertConfig) -> dict:
     ``score``, the recall of the file on the benchmark."""
     bench = None
     if cfg.benchmark_reader is not None:
-        from eval_jobs.ovsgg import BenchmarkSpec, load_benchmark
+        from eval_jobs.ovsgg_cells import load_benchmark
+        from eval_jobs.ovsgg_config import BenchmarkSpec
 
         bench = load_benchmark(BenchmarkSpec(name="convert", axis="A1", reader=cfg.benchmark_reader,
                                              path=cfg.benchmark_path, split=cfg.split))

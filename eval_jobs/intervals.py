@@ -80,7 +80,7 @@ def _nanmean(x: np.ndarray) -> np.ndarray:
 
 
 def _cell_draws(kit: Mapping[str, Any], W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(raw headline, chance-corrected) per draw, as eval_jobs.ovsgg._cell_axis computes them."""
+    """(raw headline, chance-corrected) per draw, as eval_jobs.ovsgg_cells.cell_axis computes them."""
     ax = kit["axis"]
     if ax in ("A1", "A3", "A4"):
         r = recall_draws(kit["recall"], W)

@@ -155,7 +155,7 @@ def test_every_cell_kit_reproduces_its_reported_headline(suite):
     """With every image drawn once, each cell's resampling kit gives back exactly the raw and
     chance-corrected values the report shows: the intervals are intervals around those values."""
     from eval_jobs.intervals import _cell_draws
-    from eval_jobs.ovsgg import _cell_axis, load_benchmark, score_cell
+    from eval_jobs.ovsgg_cells import cell_axis, load_benchmark, score_cell
 
     root, paths, corpus, base = suite
     cfg = _cfg(root, paths, base, use_ray=False)
@@ -163,7 +163,7 @@ def test_every_cell_kit_reproduces_its_reported_headline(suite):
         cell = score_cell(spec, load_benchmark(spec), base[spec.name], cfg)
         kit = cell["_kit"]
         raw, norm = _cell_draws(kit, np.ones((1, kit["n_images"])))
-        assert (raw[0], norm[0]) == pytest.approx(_cell_axis(cell, cfg.headline_k), abs=1e-12), spec.name
+        assert (raw[0], norm[0]) == pytest.approx(cell_axis(cell, cfg.headline_k), abs=1e-12), spec.name
 
 
 @pytest.mark.slow

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval_jobs.ovsgg import BenchmarkSpec, InferenceSpec, OVSGGConfig, SystemSpec, axis_scores, load_benchmark, score_cell
+from eval_jobs.ovsgg import BenchmarkSpec, InferenceSpec, OVSGGConfig, SystemSpec
+from eval_jobs.ovsgg_cells import axis_scores, load_benchmark, score_cell
 from eval_jobs.report import write_radar, write_table
 from relate.config import ConfigError, load_config
 from relate.data.export import synthesize_negatives, write_hico_det, write_psg

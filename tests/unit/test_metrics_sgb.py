@@ -298,7 +298,8 @@ def test_matches_a_loop_reference_on_random_sgdet(gc):
 def test_ovsgg_config_runs_the_sgb_protocol(tmp_path):
     import pyarrow.parquet as pq
 
-    from eval_jobs.ovsgg import BenchmarkSpec, OVSGGConfig, load_benchmark, score_cell
+    from eval_jobs.ovsgg import BenchmarkSpec, OVSGGConfig
+    from eval_jobs.ovsgg_cells import load_benchmark, score_cell
 
     with pytest.raises(ValueError, match="many-to-many"):
         OVSGGConfig(protocol="sgb", matcher="one_to_one")

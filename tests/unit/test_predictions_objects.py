@@ -283,7 +283,8 @@ def test_graph_constrained_ties_keep_file_order():
 
 
 def test_ovsgg_scores_a_scene_graphs_file_without_a_detector_table(tmp_path):
-    from eval_jobs.ovsgg import BenchmarkSpec, OVSGGConfig, load_benchmark, score_cell
+    from eval_jobs.ovsgg import BenchmarkSpec, OVSGGConfig
+    from eval_jobs.ovsgg_cells import load_benchmark, score_cell
 
     # GT A: man on horse, man near horse; B: man on horse, no scored pair (skipped by sgb).
     # The file's sgcls output for A: (2,0) ranks above (0,1) (see the sgcls test); K = 1 and 2.

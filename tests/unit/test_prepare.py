@@ -46,7 +46,8 @@ def _cfg(tmp_path, name, **kw):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_prepare_writes_a_split_ovsgg_reads_back(tmp_path, name, capsys):
-    from eval_jobs.ovsgg import BenchmarkSpec, load_benchmark
+    from eval_jobs.ovsgg import BenchmarkSpec
+    from eval_jobs.ovsgg_cells import load_benchmark
 
     root = _export(tmp_path, name)
     res = main(_cfg(tmp_path, name))
@@ -138,7 +139,8 @@ def test_expected_manifest_is_verified(tmp_path, monkeypatch):
 
 
 def test_leakage_exclusion_list_is_applied_and_travels_with_the_entry(tmp_path):
-    from eval_jobs.ovsgg import BenchmarkSpec, load_benchmark
+    from eval_jobs.ovsgg import BenchmarkSpec
+    from eval_jobs.ovsgg_cells import load_benchmark
 
     _export(tmp_path, "haystack")
     # Haystack numbers COCO images; vg:7 has the digits of a kept image but is another dataset's image

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_jobs.ovsgg import OVSGGConfig, load_benchmark
+from eval_jobs.ovsgg import OVSGGConfig
+from eval_jobs.ovsgg_cells import load_benchmark
 from eval_jobs.prepare import parse_args
 from relate.config import load_config
 from relate.data.synthetic import SyntheticConfig
