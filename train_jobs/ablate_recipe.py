@@ -101,12 +101,6 @@ def run_settings(overrides: Sequence[str]) -> list[str]:
     return sorted(o for o in overrides if not o.startswith(("run.storage_path=", "run.name=")))
 
 
-def load_finished(path: Path, settings: Sequence[str]) -> dict[str, float] | None:
-    """A finished run's test figures, if ``path`` holds them for exactly these settings."""
-    saved = load_saved(path, settings)
-    return None if saved is None else saved["test"]
-
-
 def load_saved(path: Path, settings: Sequence[str]) -> dict | None:
     """A finished run's file (settings, test figures, checkpoint), if it is for exactly these settings."""
     if not path.is_file():
@@ -206,9 +200,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         for arm, cells in part.items():
             summary.setdefault(arm, {}).update(cells)
         tables.append(f"Test split, synonym-tolerant recall@50, {title}\n\n{table}")
-    test = read_corpus(Path(args.corpus_root).resolve(), "test").column("relations").to_pylist()
+    test_relations = read_corpus(Path(args.corpus_root).resolve(), "test").column("relations").to_pylist()
     mode = cfg.data.predicates  # every run's: --set applies to all
-    shares = shared_pair_shares(test, lambda p: concept_family(p, mode))
+    shares = shared_pair_shares(test_relations, lambda p: concept_family(p, mode))
     tables.append("Test relations per family, and how many share their pair with another stated predicate\n\n"
                   + "\n".join(f"- {f}: {k} of {n} ({k / n:.0%})" for f, (n, k) in shares.items()) + "\n")
     out.mkdir(parents=True, exist_ok=True)

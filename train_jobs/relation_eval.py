@@ -140,13 +140,15 @@ def _cli(argv=None) -> dict:
     checkpoint folder (model, frequency baseline, vocabulary swap), as printed after training."""
     import argparse
     import json
+    import typing
 
     from relate.api import load_model
 
     ap = argparse.ArgumentParser(description=_cli.__doc__)
     ap.add_argument("checkpoint")
     ap.add_argument("corpus_root")
-    ap.add_argument("--predicates", default="synthetic_lexicon", choices=["synthetic_lexicon", "text_resources"],
+    modes = typing.get_args(DataConfig.model_fields["predicates"].annotation)
+    ap.add_argument("--predicates", default=modes[0], choices=modes,
                     help="where synonym groups come from: the training run's data.predicates (a checkpoint does "
                          "not record it)")
     ap.add_argument("--out", default=None, help="also write the figures as JSON")

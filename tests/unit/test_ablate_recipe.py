@@ -9,7 +9,7 @@ import math
 import pytest
 from scipy import stats
 
-from train_jobs.ablate_recipe import (_world_fields, checkpoint_candidates, load_finished, mean_interval, rescore,
+from train_jobs.ablate_recipe import (_world_fields, checkpoint_candidates, load_saved, mean_interval, rescore,
                                       run_settings, shared_pair_shares, tabulate)
 
 
@@ -45,10 +45,11 @@ def test_finished_runs_are_reused_only_under_the_same_settings(tmp_path):
     b = run_settings(["run.storage_path=/y/train", "run.name=other", "loss.pu_discount=true", "run.seed=0"])
     assert a == b == ["loss.pu_discount=true", "run.seed=0"]  # storage and name do not change the figures
     f = tmp_path / "full-seed0.json"
-    assert load_finished(f, a) is None
-    f.write_text(json.dumps({"settings": a, "test": {"model/syn/mR@50": 0.5}}))
-    assert load_finished(f, a) == {"model/syn/mR@50": 0.5}
-    assert load_finished(f, run_settings(["run.seed=0", "loss.pu_discount=false"])) is None
+    assert load_saved(f, a) is None
+    saved = {"settings": a, "test": {"model/syn/mR@50": 0.5}, "checkpoint": "/x/train/full-seed0/checkpoint_1"}
+    f.write_text(json.dumps(saved))
+    assert load_saved(f, a) == saved
+    assert load_saved(f, run_settings(["run.seed=0", "loss.pu_discount=false"])) is None
 
 
 def _ckpt(tmp_path, run: str, name: str) -> str:
