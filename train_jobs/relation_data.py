@@ -38,6 +38,11 @@ class DataConfig(StrictConfig):
     cooccurrence: str = Field("estimate", description="P(q|p) of Eq. 3: 'estimate' fits it on the training split's "
                               "multiply-annotated pairs (train_jobs.cooccurrence), cached by a checksum of the training "
                               "relations; 'off'; or the path of an .npz written by train_jobs.cooccurrence")
+    truth_root: Location | None = Field(
+        None, description="synthetic world folder (pipelines.synthetic output, with synthetic_config.yaml) whose "
+        "rules give every image's full truth: validation and the test report then add per-family AP and top-10 "
+        "precision against it (relate.metrics.truth). None: the corpus root when it is such a folder, else no truth "
+        "figures. Set it for a corpus annotated from the world's images (pipelines.annotate)")
     cache_dir: str = Field("~/.cache/relate", description="where estimated P(q|p) files are cached")
     source_scopes: dict[str, list[str] | Literal["observed"]] = Field(
         default_factory=dict, description="App. B.1: per corpus `source`, what it annotates: predicate families "

@@ -8,11 +8,13 @@ CORPUS_ROOT`` prints the test-split report of one checkpoint folder, as training
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from train_jobs.relation_data import DataConfig, _predicate_tables, concept_family, concept_key
 
-__all__ = ["evaluate_split", "baseline_metrics", "report_test"]
+__all__ = ["evaluate_split", "baseline_metrics", "report_test", "truth_root"]
 
 
 def _recalls(gt, preds, mode: str, tag: str) -> dict[str, float]:
@@ -77,9 +79,52 @@ def _pixel_accuracy(gt, scores, strings, mode: str) -> dict[str, float]:
         {f"pixel/{f}_n": float(len(v)) for f, v in hits.items()}
 
 
+def _truth_figures(predictor, table, scores, strings, cfg: DataConfig, tag: str) -> dict[str, float]:
+    """Per-family AP and top-10 precision against the world's full truth (``relate.metrics.truth``):
+    each concept's score on a pair is its best form's Eq. 6 logit (the score's order, unsaturated)."""
+    from relate.data.lexicon import CONCEPTS
+    from relate.data.world_truth import world_truth
+    from relate.metrics.truth import ImageCells, score_against_truth
+    from relate.model.score import relation_logit
+
+    root = truth_root(cfg)
+    if root is None:
+        return {}
+    concepts = list(CONCEPTS)
+    col = {c: k for k, c in enumerate(concepts)}
+    form_col = np.array([col.get(concept_key(s, cfg.predicates), -1) for s in strings])
+    boxes = table.column("boxes").to_pylist()
+    truth = world_truth(root, table.column("image_id").to_pylist(), boxes)
+    w = predictor.model.cfg.pair_weight
+    cells = []
+    for sc, bx, t in zip(scores, boxes, truth):
+        logit = relation_logit(sc.l_pred, sc.l_pair, w)
+        per = np.full((len(sc.pairs), len(concepts)), -np.inf)
+        for k in range(len(concepts)):
+            cols = form_col == k
+            if cols.any():
+                per[:, k] = logit[:, cols].max(axis=1)
+        cells.append(ImageCells(sc.pairs, per, len(bx), t))
+    rep = score_against_truth(cells, concepts, {c: CONCEPTS[c].family for c in concepts}, k=10)
+    return rep.flat(f"{tag}truth/")
+
+
+def truth_root(cfg: DataConfig) -> str | None:
+    """The synthetic world folder whose rules give the full truth: ``data.truth_root``, or the corpus
+    root itself when it holds a world config (``pipelines.synthetic`` output); None otherwise."""
+    from relate.data.world_truth import WORLD_CONFIG
+
+    if cfg.predicates != "synthetic_lexicon":
+        return None
+    if cfg.truth_root is not None:
+        return cfg.truth_root
+    return cfg.corpus_root if (Path(cfg.corpus_root) / WORLD_CONFIG).is_file() else None
+
+
 def evaluate_split(predictor, cfg: DataConfig, split: str, limit: int | None = None,
                    vocabulary=None, tag: str = "") -> dict[str, float]:
-    """Score a split with the predictor (GT boxes) and compute recall and pixel-only accuracy."""
+    """Score a split with the predictor (GT boxes): recall, pixel-only accuracy and, where the corpus
+    comes from the synthetic world, AP and top-10 precision against its full truth."""
     from relate.data.corpus import read_corpus
     from relate.metrics._tables import load_ground_truth, load_predictions
 
@@ -92,6 +137,7 @@ def evaluate_split(predictor, cfg: DataConfig, split: str, limit: int | None = N
     strings = list(predictor.vocabulary_strings(vocabulary))
     out = _recalls(gt, preds, cfg.predicates, tag)
     out.update({f"{tag}{k}": v for k, v in _pixel_accuracy(gt, scores, strings, cfg.predicates).items()})
+    out.update(_truth_figures(predictor, table, scores, strings, cfg, tag))
     return out
 
 
@@ -151,10 +197,13 @@ def _cli(argv=None) -> dict:
     ap.add_argument("--predicates", default=modes[0], choices=modes,
                     help="where synonym groups come from: the training run's data.predicates (a checkpoint does "
                          "not record it)")
+    ap.add_argument("--truth", default=None, metavar="WORLD_ROOT",
+                    help="synthetic world folder whose rules give the full truth (default: CORPUS_ROOT when it is one); "
+                         "adds per-family AP and top-10 precision against it")
     ap.add_argument("--out", default=None, help="also write the figures as JSON")
     args = ap.parse_args(argv)
     out = report_test(load_model(args.checkpoint), DataConfig(corpus_root=args.corpus_root,
-                                                              predicates=args.predicates))
+                                                              predicates=args.predicates, truth_root=args.truth))
     if args.out:
         from pathlib import Path
 

@@ -37,8 +37,8 @@ from pydantic import Field, model_validator
 from relate import geometry as G
 from relate.config import StrictConfig
 from relate.data.lexicon import CONCEPTS
-from relate.data.synthetic_annotation import (MULTI_LABEL_STREAM, AnnotationSourceConfig, check_sources, draw_source,
-                                              state_relations)
+from relate.data.synthetic_annotation import (FULL_TRUTH_STREAM, MULTI_LABEL_STREAM, AnnotationSourceConfig,
+                                              check_sources, draw_source, state_relations, state_truth)
 from relate.data.synthetic_render import PALETTE, render, shape_mask
 from relate.data.synthetic_truth import BRIGHTNESS_GAP, PairRules, true_relations
 
@@ -69,6 +69,11 @@ class SyntheticConfig(StrictConfig):
     multi_label: float = Field(
         0.0, ge=0, le=1, description="Probability that each further true concept of a stated pair is also stated "
         "(positive-unlabeled pairs, § 3.3); 0: one stated concept per ordered pair.")
+    coverage: Literal["stated", "full"] = Field(
+        "stated", description="What a scene's row states: 'stated', the world's few chosen relations (a "
+        "positive-unlabeled corpus, as annotation gives); 'full', every relation that holds (the full truth, from "
+        "both ends, each with a surface form drawn from its own stream): the reference a model trained on "
+        "annotation is measured against. Images and boxes are the same either way.")
 
     @model_validator(mode="after")
     def _check(self) -> "SyntheticConfig":
@@ -80,6 +85,8 @@ class SyntheticConfig(StrictConfig):
             raise ValueError(f"split_fractions must be non-negative and sum to 1, got {self.split_fractions}")
         if self.sources is not None:
             check_sources(self.sources)
+        if self.coverage == "full" and (self.sources is not None or self.multi_label > 0):
+            raise ValueError("coverage 'full' states every true relation: sources and multi_label must stay unset")
         return self
 
 
@@ -370,6 +377,8 @@ def make_scene(index: int, cfg: SyntheticConfig) -> Scene:
     if source is not None or cfg.multi_label > 0:
         relations = state_relations(relations, truth, cfg.multi_label, source,
                                     np.random.default_rng([cfg.seed, index, MULTI_LABEL_STREAM]))
+    if cfg.coverage == "full":
+        relations = state_truth(truth, np.random.default_rng([cfg.seed, index, FULL_TRUTH_STREAM]))
     return Scene(image_id, np.asarray(canvas), boxes, relations,
                  colours=[o.colour for o in b.objs], depth=[o.z for o in b.objs],
                  source="synthetic" if source is None else source.name,

@@ -28,11 +28,12 @@ from relate.data.lexicon import CONCEPTS, FAMILIES
 from relate.data.synthetic_truth import close_relations
 
 __all__ = ["AnnotationSourceConfig", "check_sources", "draw_source", "source_scopes", "state_relations",
-           "SOURCE_STREAM", "MULTI_LABEL_STREAM"]
+           "state_truth", "SOURCE_STREAM", "MULTI_LABEL_STREAM", "FULL_TRUTH_STREAM"]
 
 # Third word of the per-scene seed sequence [seed, index, stream]; the world itself uses [seed, index].
 SOURCE_STREAM = 1
 MULTI_LABEL_STREAM = 2
+FULL_TRUTH_STREAM = 3
 
 
 class AnnotationSourceConfig(StrictConfig):
@@ -113,3 +114,13 @@ def state_relations(primary: list[dict], truth: Sequence[tuple[int, int, str]], 
             forms = CONCEPTS[c].forms
             out.append(dict(subject=s, object=o, predicate=forms[int(rng.integers(len(forms)))], concept=c))
     return out if source is None else [r for r in out if source.states(r["concept"])]
+
+
+def state_truth(truth: Sequence[tuple[int, int, str]], rng: np.random.Generator) -> list[dict]:
+    """Every true relation of a scene as stated rows (``coverage: full``), in the truth's order, each
+    with one of its concept's surface forms drawn from ``rng``."""
+    out = []
+    for s, o, c in truth:
+        forms = CONCEPTS[c].forms
+        out.append(dict(subject=int(s), object=int(o), predicate=forms[int(rng.integers(len(forms)))], concept=c))
+    return out
