@@ -14,7 +14,7 @@ import numpy as np
 
 from train_jobs.relation_data import DataConfig, _predicate_tables, concept_family, concept_key
 
-__all__ = ["evaluate_split", "baseline_metrics", "report_test", "truth_root"]
+__all__ = ["evaluate_split", "baseline_metrics", "report_test", "truth_root", "truth_report"]
 
 
 def _recalls(gt, preds, mode: str, tag: str) -> dict[str, float]:
@@ -79,34 +79,40 @@ def _pixel_accuracy(gt, scores, strings, mode: str) -> dict[str, float]:
         {f"pixel/{f}_n": float(len(v)) for f, v in hits.items()}
 
 
-def _truth_figures(predictor, table, scores, strings, cfg: DataConfig, tag: str) -> dict[str, float]:
-    """Per-family AP and top-10 precision against the world's full truth (``relate.metrics.truth``):
-    each concept's score on a pair is its best form's Eq. 6 logit (the score's order, unsaturated)."""
+def truth_report(predictor, scores, strings, truth, mode: str, k: int = 10):
+    """``relate.metrics.truth`` over scored images: ``truth`` holds each image's (triples, count of
+    the world's boxes). Each concept's score on a pair is its best form's Eq. 6 logit (the score's
+    order, unsaturated); pairs with a box beyond the world's own (appended by a pipeline) are left out."""
     from relate.data.lexicon import CONCEPTS
-    from relate.data.world_truth import world_truth
     from relate.metrics.truth import ImageCells, score_against_truth
     from relate.model.score import relation_logit
+
+    concepts = list(CONCEPTS)
+    col = {c: j for j, c in enumerate(concepts)}
+    form_col = np.array([col.get(concept_key(s, mode), -1) for s in strings])
+    w = predictor.model.cfg.pair_weight
+    cells = []
+    for sc, (t, n_world) in zip(scores, truth):
+        inside = (sc.pairs < n_world).all(axis=1)
+        logit = relation_logit(sc.l_pred[inside], sc.l_pair[inside], w)
+        per = np.full((int(inside.sum()), len(concepts)), -np.inf)
+        for j in range(len(concepts)):
+            cols = form_col == j
+            if cols.any():
+                per[:, j] = logit[:, cols].max(axis=1)
+        cells.append(ImageCells(sc.pairs[inside], per, n_world, t))
+    return score_against_truth(cells, concepts, {c: CONCEPTS[c].family for c in concepts}, k=k)
+
+
+def _truth_figures(predictor, table, scores, strings, cfg: DataConfig, tag: str) -> dict[str, float]:
+    """Per-family AP, top-10 precision and recall within count against the world's full truth."""
+    from relate.data.world_truth import world_truth
 
     root = truth_root(cfg)
     if root is None:
         return {}
-    concepts = list(CONCEPTS)
-    col = {c: k for k, c in enumerate(concepts)}
-    form_col = np.array([col.get(concept_key(s, cfg.predicates), -1) for s in strings])
-    boxes = table.column("boxes").to_pylist()
-    truth = world_truth(root, table.column("image_id").to_pylist(), boxes)
-    w = predictor.model.cfg.pair_weight
-    cells = []
-    for sc, bx, t in zip(scores, boxes, truth):
-        logit = relation_logit(sc.l_pred, sc.l_pair, w)
-        per = np.full((len(sc.pairs), len(concepts)), -np.inf)
-        for k in range(len(concepts)):
-            cols = form_col == k
-            if cols.any():
-                per[:, k] = logit[:, cols].max(axis=1)
-        cells.append(ImageCells(sc.pairs, per, len(bx), t))
-    rep = score_against_truth(cells, concepts, {c: CONCEPTS[c].family for c in concepts}, k=10)
-    return rep.flat(f"{tag}truth/")
+    truth = world_truth(root, table.column("image_id").to_pylist(), table.column("boxes").to_pylist())
+    return truth_report(predictor, scores, strings, truth, cfg.predicates).flat(f"{tag}truth/")
 
 
 def truth_root(cfg: DataConfig) -> str | None:

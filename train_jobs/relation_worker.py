@@ -19,12 +19,12 @@ import torch
 from relate.jobinfo import eta_seconds, format_seconds
 from relate.losses import PredicateSpace, force_mask, relation_objective
 from train_jobs.relation_eval import evaluate_split
-from train_jobs.run_files import ProgressLog, maybe_kill
+from train_jobs.run_files import ProgressLog, TensorBoardLog, maybe_kill
 
 if TYPE_CHECKING:
     from train_jobs.train_relation import TrainRelationConfig
 
-__all__ = ["train_loop_per_worker", "quiet_reports"]
+__all__ = ["train_loop_per_worker", "quiet_reports", "TrainRunner"]
 
 # Rank 0's step lines go through a logger, not print: inside a Ray Train worker, print is patched
 # to log *and* echo to the captured stdout, so every printed line reached the job log twice.
@@ -48,25 +48,26 @@ class _EMA:
                 self.state[k].copy_(v)
 
 
-class _Runner:
-    """Owns the step, validation and checkpoint I/O of one worker."""
+class TrainRunner:
+    """Owns the step, validation and checkpoint I/O of one worker.
 
-    def __init__(self, cfg: TrainRelationConfig, space: dict, total_steps: int) -> None:
-        import ray.train
-        import ray.train.torch
+    Ray-free by itself: the Ray Train loop passes its device, its ``prepare_model`` and its rank;
+    ``train_jobs.learnability`` drives the same steps in-process on a handful of images.
+    """
+
+    def __init__(self, cfg: TrainRelationConfig, space: dict, total_steps: int, device: torch.device | None = None,
+                 prepare=None, rank: int = 0) -> None:
         from relate.model.model import create_relation_model
 
-        self.cfg, self.total = cfg, total_steps
-        self.ctx = ray.train.get_context()
-        self.rank = self.ctx.get_world_rank()
+        self.cfg, self.total, self.rank = cfg, total_steps, rank
         torch.manual_seed(cfg.run.seed)
-        self.device = ray.train.torch.get_device()
+        self.device = device or torch.device("cpu")
         self.space: PredicateSpace = space["space"].to(self.device)
         self.bank = space["bank"]
         self.bank_t = self.bank.tensor(self.device)
-        self.raw = create_relation_model(cfg.model)
+        self.raw = create_relation_model(cfg.model).to(self.device)
         self.ema = _EMA(self.raw, cfg.optim.ema)
-        self.model = ray.train.torch.prepare_model(self.raw, parallel_strategy_kwargs={"find_unused_parameters": True})
+        self.model = prepare(self.raw) if prepare is not None else self.raw
         o = cfg.optim
         self.opt = torch.optim.AdamW([{"params": self.raw.backbone_parameters(), "lr": o.lr_backbone},
                                       {"params": self.raw.head_parameters(), "lr": o.lr_head}],
@@ -74,7 +75,14 @@ class _Runner:
         self.base_lrs = [o.lr_backbone, o.lr_head]
         self.step = 0
         self.resumed_from = 0
+        self._offset, self._clock = 0.0, time.perf_counter()  # wall time before this attempt, and its start
         self.rng = np.random.default_rng(cfg.run.seed)
+
+    @property
+    def train_seconds(self) -> float:
+        """Wall time of the run so far (steps, data waits, validation and checkpoints; earlier attempts
+        included): the x axis of train_jobs.learning_curve's time curves."""
+        return self._offset + time.perf_counter() - self._clock
 
     def lr_scale(self) -> float:
         w = self.cfg.optim.warmup_steps
@@ -107,7 +115,7 @@ class _Runner:
         self.step += 1
         self.ema.update(self.raw, self.step)
         out = {f"loss/{k}": float(v.detach()) for k, v in terms.items()}
-        out.update({"grad_norm": float(gnorm), "step": self.step, "rung_side": side,
+        out.update({"grad_norm": float(gnorm), "step": self.step, "rung_side": side, "train_seconds": self.train_seconds,
                     "step_seconds": time.perf_counter() - t0, "resumed_from_step": self.resumed_from,
                     "gate_deformable": float(self.raw.deformable.gate.detach()) if self.raw.deformable is not None else 0.0})
         return out
@@ -132,7 +140,8 @@ class _Runner:
 
         save_checkpoint(folder, self.raw, self.bank, state_dict=self.ema.state)
         torch.save({"model": self.raw.state_dict(), "ema": self.ema.state, "opt": self.opt.state_dict(),
-                    "step": self.step, "rng": self.rng.bit_generator.state}, folder / "train_state.pt")
+                    "step": self.step, "rng": self.rng.bit_generator.state, "train_seconds": self.train_seconds},
+                   folder / "train_state.pt")
 
     def load_checkpoint(self, folder: Path) -> None:
         st = torch.load(folder / "train_state.pt", map_location=self.device, weights_only=False)
@@ -140,6 +149,7 @@ class _Runner:
         self.ema.state = st["ema"]
         self.opt.load_state_dict(st["opt"])
         self.step = int(st["step"])
+        self._offset, self._clock = float(st.get("train_seconds", 0.0)), time.perf_counter()
         self.resumed_from = self.step
         self.rng.bit_generator.state = st["rng"]
 
@@ -172,6 +182,16 @@ def quiet_reports(keep: bool = False) -> None:
         log.addFilter(_DropReports())
 
 
+def _family_line(step: int, total: int, metrics: dict) -> str:
+    """One validation line: per-family AP against the world's truth where known, else stated recall."""
+    ap = {k.rsplit("/", 1)[1][:-3]: v for k, v in metrics.items() if k.startswith("val/truth/family/")}
+    if ap:
+        fams = " ".join(f"{f} {v:.2f}" for f, v in ap.items())
+        return f"val {step}/{total}: AP vs truth {fams}; top-10 precision {metrics['val/truth/top10_precision']:.2f}"
+    rec = {k.split("/")[-1][:-3]: v for k, v in metrics.items() if k.startswith("val/syn_nogc/family/")}
+    return f"val {step}/{total}: recall@50 (stated, no graph constraint) " + " ".join(f"{f} {v:.2f}" for f, v in rec.items())
+
+
 def _rung_side(base: int, rung: float, patch: int) -> int:
     return max(patch, int(round(base * rung / patch)) * patch)
 
@@ -183,13 +203,19 @@ def train_loop_per_worker(config: dict) -> None:
 
     cfg = TrainRelationConfig.model_validate(config["cfg"])
     quiet_reports(cfg.run.log_reports)
-    runner = _Runner(cfg, config["space"], config["total_steps"])
+    import ray.train.torch
+
+    ctx = ray.train.get_context()
+    runner = TrainRunner(cfg, config["space"], config["total_steps"], ray.train.torch.get_device(),
+                         lambda m: ray.train.torch.prepare_model(m, parallel_strategy_kwargs={"find_unused_parameters": True}),
+                         ctx.get_world_rank())
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
         with ckpt.as_directory() as d:
             runner.load_checkpoint(Path(d))
     shard = ray.train.get_dataset_shard("train")
     progress = ProgressLog(config["run_dir"]) if runner.rank == 0 else None
+    board = TensorBoardLog(config["run_dir"], runner.step) if runner.rank == 0 else None
     if ckpt is not None and progress is not None:
         line = f"resumed from step {runner.step}/{runner.total} (checkpoint {Path(ckpt.path).name})"
         _say(line)
@@ -199,12 +225,17 @@ def train_loop_per_worker(config: dict) -> None:
     while runner.step < runner.total:
         for batch in shard.iter_torch_batches(batch_size=cfg.optim.batch_size, drop_last=True):
             metrics = runner.train_step(batch)
-            maybe_kill(cfg.run.kill_worker_at_step, runner.step, runner.rank, runner.ctx.get_world_size(),
+            maybe_kill(cfg.run.kill_worker_at_step, runner.step, runner.rank, ctx.get_world_size(),
                        config["run_dir"])
             last = runner.step >= runner.total
             if (cfg.run.val_every and runner.step % cfg.run.val_every == 0) or last:
                 if runner.rank == 0:
                     metrics.update(runner.validate())
+                    if progress is not None:
+                        progress.write(_family_line(runner.step, runner.total, metrics))
+            if board is not None:
+                metrics["lr/head"] = runner.opt.param_groups[1]["lr"]
+                board.scalars(metrics, runner.step)
             if runner.rank == 0 and runner.step % cfg.run.log_every == 0:
                 now = time.perf_counter()
                 eta = eta_seconds(runner.step - first, runner.total - first, now - t_start)
@@ -215,6 +246,8 @@ def train_loop_per_worker(config: dict) -> None:
                     progress.write(line)
             t_last = time.perf_counter()
             if runner.step % cfg.run.checkpoint_every == 0 or last:
+                if board is not None:
+                    board.close() if last else board.sync()
                 with tempfile.TemporaryDirectory() as tmp:
                     if runner.rank == 0:
                         runner.save_checkpoint(Path(tmp))

@@ -18,10 +18,11 @@ from datetime import datetime, timezone
 
 from relate.storage import join, redact, resolve
 
-__all__ = ["PROGRESS_LOG", "DRILL_MARKER", "SNAPSHOT", "ProgressLog", "maybe_kill", "RunError", "RunState",
+__all__ = ["PROGRESS_LOG", "TENSORBOARD_DIR", "DRILL_MARKER", "SNAPSHOT", "ProgressLog", "TensorBoardLog", "maybe_kill", "RunError", "RunState",
            "new_run_name", "latest_step", "plan_run", "refuse_finished"]
 
 PROGRESS_LOG = "progress.log"
+TENSORBOARD_DIR = "tensorboard"  # rank 0's event files: ``tensorboard --logdir <run folder>``
 SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of a run's reported checkpoints
 DRILL_MARKER = ".fault_drill_done"  # the fault drill's once-only marker, beside the checkpoint snapshot
 
@@ -78,6 +79,49 @@ class ProgressLog:
         self.text += line + "\n"
         with self.fs.open_output_stream(self.path) as f:
             f.write(self.text.encode())
+
+
+class TensorBoardLog:
+    """Rank 0's scalars as TensorBoard event files in ``<run folder>/tensorboard``.
+
+    On a local (or shared) folder the writer writes there directly, flushed at each ``sync``; an
+    object store takes no appends, so there the events go to a local folder whose files are copied
+    up at each ``sync`` (every checkpoint, and the end). A resumed run purges the events an earlier
+    attempt wrote past the step it resumes from, so a curve never doubles back.
+    """
+
+    def __init__(self, run_dir, resumed_from: int = 0) -> None:
+        import tempfile
+
+        from pyarrow import fs as pafs
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.fs, folder = run_dir
+        self.remote = f"{folder}/{TENSORBOARD_DIR}"
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.dir = self.remote if self.local else tempfile.mkdtemp(prefix="relate-tb-")
+        self.writer = SummaryWriter(self.dir, purge_step=resumed_from or None, flush_secs=30)
+
+    def scalars(self, metrics: dict, step: int) -> None:
+        """Every finite number of ``metrics`` at ``step`` (tags as the metric names: loss/..., val/...)."""
+        import math
+
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and k != "step":
+                self.writer.add_scalar(k, float(v), step)
+
+    def sync(self) -> None:
+        self.writer.flush()
+        if self.local:
+            return
+        self.fs.create_dir(self.remote, recursive=True)
+        for name in os.listdir(self.dir):
+            with open(os.path.join(self.dir, name), "rb") as src, self.fs.open_output_stream(f"{self.remote}/{name}") as dst:
+                dst.write(src.read())
+
+    def close(self) -> None:
+        self.sync()
+        self.writer.close()
 
 
 class RunError(ValueError):

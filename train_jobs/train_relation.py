@@ -114,6 +114,7 @@ class TrainRelationResult:
     test: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)
     seconds: float = 0.0
+    checkpoints: list = field(default_factory=list)  # (location, metrics at its step) of each kept checkpoint, by step
 
 
 def resolve_storage_path(path: str) -> str:
@@ -205,6 +206,8 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     fs = ckpt.filesystem if remote else None
     out = TrainRelationResult(None if ckpt is None else (uri_for(cfg.run.storage_path, ckpt.path) if remote
                                                           else ckpt.path), state.name, dict(result.metrics or {}))
+    out.checkpoints = sorted(((uri_for(cfg.run.storage_path, c.path) if remote else c.path, dict(m or {}))
+                              for c, m in (result.best_checkpoints or [])), key=lambda cm: cm[1].get("step", 0))
     if cfg.run.calibrate and ckpt is not None:
         from train_jobs.calibrate import calibrate_checkpoint
 

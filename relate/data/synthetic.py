@@ -48,6 +48,9 @@ FREE_CATEGORIES = ("ball", "cup", "book", "lamp", "plant", "bag", "chair", "dog"
 SMALL_CATEGORIES = ("cup", "book", "ball", "lamp", "plant")
 CATEGORIES = ("person", "head", "hand", "hat", "table", "box") + FREE_CATEGORIES
 _LUMINANCE: dict[str, float] = {c: 0.299 * r + 0.587 * g + 0.114 * b for c, (r, g, b) in PALETTE.items()}
+_BY_LUMINANCE = sorted(PALETTE, key=_LUMINANCE.__getitem__)
+_MIRROR: dict[str, str] = dict(zip(_BY_LUMINANCE, reversed(_BY_LUMINANCE)))  # twin colours (make_scene)
+_RESTYLED = ("spatial", "proximity", "depth", "appearance")  # families the world derives, not builds
 
 
 class SyntheticConfig(StrictConfig):
@@ -100,6 +103,7 @@ class _Obj:
     is_body_part: bool = False
     striped: bool = False
     parent: int | None = None
+    base: int | None = None  # the object this one's depth was set from (its group's root), when not a parent
 
 
 @dataclass
@@ -229,7 +233,8 @@ class _Builder:
                 return
             s = self.rng.uniform(0.08, 0.14) * min(self.w, self.h)
             x1 = self.rng.uniform(box[0], max(box[0], box[2] - s))
-            item = self.add([x1, box[1] - s + 1.0, x1 + s, box[1] + 1.0], str(self.rng.choice(SMALL_CATEGORIES)), z + 0.05)
+            item = self.add([x1, box[1] - s + 1.0, x1 + s, box[1] + 1.0], str(self.rng.choice(SMALL_CATEGORIES)), z + 0.05,
+                            base=t)
             self.rels.append((item, t, "on"))
 
     def container(self) -> None:
@@ -241,7 +246,7 @@ class _Builder:
             bs = self.rng.uniform(0.4, 0.6) * s
             x1 = self.rng.uniform(box[0] + 0.05 * s, box[2] - 0.05 * s - bs)
             y1 = self.rng.uniform(box[1] + 0.05 * s, box[3] - 0.05 * s - bs)
-            ball = self.add([x1, y1, x1 + bs, y1 + bs], "ball", z + 0.05)
+            ball = self.add([x1, y1, x1 + bs, y1 + bs], "ball", z + 0.05, base=c)
             self.rel(ball, c, "inside")
 
     def free(self) -> int:
@@ -335,8 +340,28 @@ class _Builder:
             self.rel(hi, lo, "brighter_than")
 
 
-def make_scene(index: int, cfg: SyntheticConfig) -> Scene:
-    """Build scene ``index`` of the world ``cfg`` (deterministic in ``(cfg.seed, index)``)."""
+def _restyle(objs: list[_Obj]) -> None:
+    """The twin's styling: each group's drawing depth mirrored (a group's parts keep their offsets
+    to its root) and every palette colour swapped for its luminance mirror (darkest <-> brightest)."""
+    z0 = [o.z for o in objs]
+    for o in objs:
+        root = o.parent if o.parent is not None else o.base
+        o.z = 10.0 - z0[root] + (o.z - z0[root]) if root is not None else 10.0 - o.z
+    for o in objs:
+        o.colour = _MIRROR.get(o.colour, o.colour)
+
+
+def make_scene(index: int, cfg: SyntheticConfig, twin: bool = False) -> Scene:
+    """Build scene ``index`` of the world ``cfg`` (deterministic in ``(cfg.seed, index)``).
+
+    ``twin``: the same layout, boxes and shapes with the drawing order of its groups reversed and
+    each colour swapped for its luminance mirror, so its depth and brightness truth are flipped
+    while nothing a box-only model sees changes (the pixel control of the learnability check,
+    ``train_jobs.learnability``). A twin states its full truth (``coverage: full``) and its id ends
+    in ``-twin``.
+    """
+    if twin and cfg.coverage != "full":
+        raise ValueError("a twin scene states its full truth: use a world with coverage 'full'")
     rng = np.random.default_rng([cfg.seed, index])
     w = int(rng.integers(cfg.min_size, cfg.max_size + 1))
     h = int(rng.integers(cfg.min_size, cfg.max_size + 1))
@@ -359,9 +384,13 @@ def make_scene(index: int, cfg: SyntheticConfig) -> Scene:
         o.z += k * 1e-6
     shapes = [shape_mask(o, w, h) for o in b.objs]  # drawn once: depth labels and shadows share them
     b.derived(shapes)
+    if twin:
+        _restyle(b.objs)
+        # what the layout built stays true; what depth and colour decide is derived again below
+        b.rels = [r for r in b.rels if CONCEPTS[r[2]].family not in _RESTYLED]
 
     canvas = render(b.objs, shapes, rng, w, h)
-    image_id = f"synth-{cfg.seed}-{index:07d}"
+    image_id = f"synth-{cfg.seed}-{index:07d}" + ("-twin" if twin else "")
     boxes = [dict(x1=float(o.box[0]), y1=float(o.box[1]), x2=float(o.box[2]), y2=float(o.box[3]),
                   category=o.category, is_person=o.is_person, is_body_part=o.is_body_part) for o in b.objs]
     relations, seen = [], set()

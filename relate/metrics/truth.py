@@ -11,7 +11,10 @@ what is true above what is not? Two figures answer it:
   list of triplets needs; the per-concept APs are reported beside it;
 * **top-k precision**: per image, the share of its ``min(k, |truth|)`` best cells that are true
   (the denominator shrinks for an image with fewer than k true relations, so 1.0 is reachable),
-  averaged over the images with any truth.
+  averaged over the images with any truth;
+* **recall within count**: the share of true relations that rank among their image's ``|truth|``
+  best cells, pooled over relations, overall and per family. 1.0 means every image's truth is
+  exactly its top of the list: what a model that has memorised its images reaches.
 
 A cell the model never scored (its pair dropped by the pair sampler) ranks below every scored
 cell; the share of true ordered pairs the sampler kept is reported as ``pair_coverage``.
@@ -52,13 +55,16 @@ class TruthReport:
     pair_coverage: float
     positives: dict[str, int] = field(default_factory=dict)
     images: int = 0
+    count_recall: float = float("nan")
+    family_count_recall: dict[str, float] = field(default_factory=dict)
 
     def flat(self, prefix: str = "truth/") -> dict[str, float]:
         """Figures as one flat dict (what reports and TensorBoard take)."""
         out = {f"{prefix}family/{f}_ap": v for f, v in self.family_ap.items()}
         out.update({f"{prefix}concept/{c}_ap": v for c, v in self.concept_ap.items()})
+        out.update({f"{prefix}family/{f}_count_recall": v for f, v in self.family_count_recall.items()})
         out.update({f"{prefix}top{self.k}_precision": self.topk_precision, f"{prefix}pair_coverage": self.pair_coverage,
-                    f"{prefix}images": float(self.images)})
+                    f"{prefix}count_recall": self.count_recall, f"{prefix}images": float(self.images)})
         return out
 
 
@@ -97,15 +103,22 @@ def _ap(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(average_precision_score(labels, np.where(finite, scores, floor)))
 
 
+def _top_cells(scores: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """Bool mask (like ``scores``) of the k best cells (ties broken against the model: false first)."""
+    flat_s, flat_l = scores.reshape(-1), labels.reshape(-1)
+    order = np.lexsort((flat_l, -flat_s))  # by score desc; among equal scores, false (0) before true
+    top = np.zeros(flat_s.shape, dtype=bool)
+    top[order[:k]] = True
+    return top.reshape(scores.shape)
+
+
 def _topk(scores: np.ndarray, labels: np.ndarray, k: int) -> float | None:
-    """Share of true cells among the min(k, #true) best (ties broken against the model: false first)."""
+    """Share of true cells among the min(k, #true) best."""
     n_true = int(labels.sum())
     if n_true == 0:
         return None
     kk = min(k, n_true)
-    flat_s, flat_l = scores.reshape(-1), labels.reshape(-1)
-    order = np.lexsort((flat_l, -flat_s))  # by score desc; among equal scores, false (0) before true
-    return float(flat_l[order[:kk]].sum() / kk)
+    return float((_top_cells(scores, labels, kk) & labels).sum() / kk)
 
 
 def score_against_truth(images: Iterable[ImageCells], concepts: Sequence[str], family_of: Mapping[str, str],
@@ -115,13 +128,14 @@ def score_against_truth(images: Iterable[ImageCells], concepts: Sequence[str], f
     missing = [c for c in concepts if c not in family_of]
     if missing:
         raise ValueError(f"concepts without a family: {missing}")
-    all_s, all_l, tops = [], [], []
+    all_s, all_l, all_in, tops = [], [], [], []
     true_pairs = kept_pairs = n_img = 0
     for cells in images:
         s, lab, scored = _dense(cells, concepts)
         n_img += 1
         all_s.append(s)
         all_l.append(lab)
+        all_in.append(_top_cells(s, lab, int(lab.sum())) & lab)  # true and within its image's count
         t = _topk(s, lab, k)
         if t is not None:
             tops.append(t)
@@ -130,13 +144,16 @@ def score_against_truth(images: Iterable[ImageCells], concepts: Sequence[str], f
         kept_pairs += int((has_truth & scored).sum())
     if not all_s:
         raise ValueError("no images to score")
-    S, L = np.concatenate(all_s), np.concatenate(all_l)
+    S, L, W = np.concatenate(all_s), np.concatenate(all_l), np.concatenate(all_in)
     concept_ap = {c: _ap(S[:, j], L[:, j]) for j, c in enumerate(concepts)}
     family_ap: dict[str, float] = {}
+    family_count: dict[str, float] = {}
     positives: dict[str, int] = {}
     for fam in dict.fromkeys(family_of[c] for c in concepts):
         cols = [j for j, c in enumerate(concepts) if family_of[c] == fam]
         family_ap[fam] = _ap(S[:, cols].reshape(-1), L[:, cols].reshape(-1))
         positives[fam] = int(L[:, cols].sum())
+        family_count[fam] = float(W[:, cols].sum() / positives[fam]) if positives[fam] else float("nan")
     return TruthReport(family_ap, concept_ap, float(np.mean(tops)) if tops else float("nan"), k,
-                       kept_pairs / true_pairs if true_pairs else float("nan"), positives, n_img)
+                       kept_pairs / true_pairs if true_pairs else float("nan"), positives, n_img,
+                       float(W.sum() / L.sum()) if L.any() else float("nan"), family_count)

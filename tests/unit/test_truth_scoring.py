@@ -58,6 +58,14 @@ def test_topk_precision_by_hand():
     assert _report(k=4, extra=[one]).topk_precision == pytest.approx((3 / 4 + 1.0) / 2)
 
 
+def test_recall_within_count_by_hand():
+    rep = _report()
+    # 6 true cells -> the 6 best: 3.0 T, 2.5 T, 2.2 T, 2.0 F, 1.0 F, 0.9 T(near); the unscored true
+    # left_of and the true near at 0.8 fall outside
+    assert rep.count_recall == pytest.approx(4 / 6)
+    assert rep.family_count_recall == pytest.approx({"spatial": 3 / 4, "proximity": 1 / 2})
+
+
 def test_ties_count_against_the_model():
     cells = ImageCells(np.array([[0, 1], [1, 0]]), np.zeros((2, 3)), 2, frozenset({(0, 1, "near")}))
     assert score_against_truth([cells], CONCEPTS, FAMILY, k=1).topk_precision == 0.0
@@ -84,10 +92,16 @@ def test_world_truth_regenerates_each_scene(tmp_path):
     table = read_corpus(tmp_path, "train")
     ids = table.column("image_id").to_pylist()
     truth = world_truth(tmp_path, ids, table.column("boxes").to_pylist())
-    for image_id, t in zip(ids, truth):
+    for image_id, (t, n) in zip(ids, truth):
         scene = make_scene(int(image_id.rsplit("-", 1)[1]), world)
         assert t == {(r["subject"], r["object"], r["concept"]) for r in scene.true_relations}
         assert {(r["subject"], r["object"]) for r in scene.relations} <= {(s, o) for s, o, _ in t}
+        assert n == len(scene.boxes)
+    # a box appended after the world's own (annotation's duplicate people) is allowed, one missing is not
+    grown = [list(b) + [dict(b[0])] for b in table.column("boxes").to_pylist()]
+    assert [n for _, n in world_truth(tmp_path, ids, grown)] == [len(b) - 1 for b in grown]
+    with pytest.raises(ValueError, match="differ from the world"):
+        world_truth(tmp_path, ids[:1], [table.column("boxes").to_pylist()[0][:-1]])
     # a corpus from another world is refused: other seed, or same seed with other boxes
     with pytest.raises(ValueError, match="seed 3"):
         world_truth(tmp_path, ["synth-4-0000000"])

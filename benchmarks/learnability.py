@@ -1,0 +1,64 @@
+"""Does the relation model learn what its data decides? The learnability check's figures.
+
+Three arms of ``train_jobs.learnability`` on the same few scenes and their twins (recall within
+count: the share of each image's true relations ranked among its |truth| best cells):
+
+* ``memorise_recall``: the recipe as trained (goal 1.0);
+* ``shuffled_boxes_recall``: boxes handed over in a fresh random order every step; the box
+  families' figure (spatial, contact, containment, proximity) is ``shuffled_boxes_box_recall``;
+* ``blank_pixels_recall``: blank images; the pixel families' figure (depth, appearance) is
+  ``blank_pixels_pixel_recall``.
+
+Then a short run on more scenes, scored on scenes it never saw, against the world's rules:
+``short_ap_<family>`` and ``short_top10_precision`` (relate.metrics.truth). ``--quick`` runs fewer
+steps and scenes; every figure is still measured.
+"""
+
+from __future__ import annotations
+
+from benchmarks._common import run_benchmark
+
+PIXEL_FAMILIES = ("depth", "appearance")
+
+
+def _pooled(res, families) -> float:
+    """Recall within count over ``families`` only, weighting each family by its true relations."""
+    num = den = 0.0
+    for f in families:
+        v = res.family_count_recall.get(f)
+        n = res.positives.get(f, 0)
+        if v is not None and n and v == v:
+            num += v * n
+            den += n
+    return num / den if den else float("nan")
+
+
+def measure(quick: bool) -> dict[str, float]:
+    from train_jobs.learnability import BOX_FAMILIES, LearnabilityConfig, main
+
+    steps = 300 if quick else 600
+    figures: dict[str, float] = {}
+    for control, key in (("none", "memorise"), ("shuffled_boxes", "shuffled_boxes"), ("blank_pixels", "blank_pixels")):
+        res = main(LearnabilityConfig(control=control, steps=steps))
+        figures[f"{key}_recall"] = round(res.count_recall, 4)
+        figures[f"{key}_seconds"] = round(res.seconds, 1)
+        for f, v in res.family_count_recall.items():
+            if v == v:
+                figures[f"{key}_{f}_recall"] = round(v, 4)
+        if control == "shuffled_boxes":
+            figures["shuffled_boxes_box_recall"] = round(_pooled(res, BOX_FAMILIES), 4)
+        if control == "blank_pixels":
+            figures["blank_pixels_pixel_recall"] = round(_pooled(res, PIXEL_FAMILIES), 4)
+    short = main(LearnabilityConfig(scenes=96 if quick else 400, twins=False, eval_scenes=48 if quick else 200,
+                                    steps=150 if quick else 1000))
+    for f, v in short.family_ap.items():
+        if v == v:
+            figures[f"short_ap_{f}"] = round(v, 4)
+    figures["short_top10_precision"] = round(short.top10_precision, 4)
+    figures["short_steps"] = short.steps
+    figures["short_seconds"] = round(short.seconds, 1)
+    return figures
+
+
+if __name__ == "__main__":
+    run_benchmark("learnability", measure)

@@ -1,0 +1,257 @@
+"""Learning curves against the world's rules: how fast, and how far, the relation model learns each family.
+
+Trains one recipe on each training source for a step budget over several seeds (each a normal
+``train_jobs.train_relation`` run under ``<out_dir>/train``, a checkpoint every ``eval_every``
+steps), scores every checkpoint against the synthetic world's full truth on its test split
+(``relate.metrics.truth``: per-family AP, top-10 precision, recall within count; in parallel Ray
+tasks), and writes per-family curves against steps and against wall time with Student-t 95%
+intervals over seeds:
+
+    python -m pipelines.synthetic --set out_dir=runs/world                          # (b)'s images
+    python -m pipelines.synthetic --set out_dir=runs/world_full --set coverage=full   # (a)
+    python -m pipelines.annotate --config pipelines/configs/annotate_synthetic.yaml \\
+        --set input_dir=runs/world --set out_dir=runs/world_annotated                 # (b)
+    python -m train_jobs.learning_curve --config train_jobs/configs/learning_curve.yaml
+
+Two sources on the same images are what the curves are for (seed 001, § 3.3): ``truth``, trained
+on every relation that holds (against 1.0 it is what the model and recipe cost), and ``annotated``,
+the corpus annotation gives (against ``truth`` it is what annotation coverage costs). Outputs in
+``out_dir``: ``curves.parquet`` (one row per source, seed and checkpoint), ``curves.md`` (the
+final step per source, and the gap to the first source), ``curves_steps.png`` and
+``curves_time.png``. A finished run's scores are kept in ``<out_dir>/scores/<source>-seed<seed>.json``
+so an interrupted job, or one given more seeds, trains only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import Field, model_validator
+
+from relate.config import StrictConfig, parse_job_args
+from relate.storage import Location
+
+__all__ = ["CurveSource", "LearningCurveConfig", "LearningCurveResult", "main", "summarise", "FIGURES"]
+
+_CONFIGS = Path(__file__).resolve().parent / "configs"
+# the figures a curve follows: truth/family/<f>_ap per family (added at run time) and these
+FIGURES = ("truth/top10_precision", "truth/count_recall", "truth/pair_coverage")
+
+
+class CurveSource(StrictConfig):
+    """One training corpus of the comparison."""
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$", description="label of the curves (e.g. truth, annotated)")
+    corpus_root: Location = Field(..., description="folder with corpus/<split>/*.parquet to train on")
+
+
+class LearningCurveConfig(StrictConfig):
+    """What is trained, on what, how long, how often it is scored, and where it goes."""
+
+    recipe: str = Field(str(_CONFIGS / "cpu_small.yaml"), description="train_relation config YAML trained on each source")
+    overrides: list[str] = Field(default_factory=list, description="dotted overrides for every run")
+    sources: list[CurveSource] = Field(..., min_length=1, description="training corpora; the first is the reference "
+                                       "the others' gaps are measured against")
+    truth_root: Location = Field(..., description="the synthetic world folder (pipelines.synthetic output) whose rules "
+                                 "score every checkpoint, on its eval_split")
+    eval_split: str = Field("test", description="split of truth_root scored")
+    eval_images: int | None = Field(None, gt=0, description="score only the first N images of the split (None: all)")
+    seeds: list[int] = Field([0, 1, 2], min_length=1, description="run seeds (weights, rungs, augmentation)")
+    steps: int = Field(600, gt=0, description="optimiser steps of each run")
+    eval_every: int = Field(100, gt=0, description="steps between scored checkpoints")
+    out_dir: Location = Field("runs/learning_curve", description="where runs, scores, table and plots go")
+    score_cpus: float = Field(1.0, gt=0, description="CPUs per checkpoint-scoring Ray task")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LearningCurveConfig":
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names must be distinct, got {names}")
+        if self.eval_every > self.steps:
+            raise ValueError(f"eval_every ({self.eval_every}) exceeds steps ({self.steps})")
+        return self
+
+
+@dataclass
+class LearningCurveResult:
+    rows: list[dict]
+    summary: dict
+    out_dir: str
+
+
+def _run_overrides(cfg: LearningCurveConfig, source: CurveSource, seed: int) -> list[str]:
+    keep = cfg.steps // cfg.eval_every + 2
+    return [*cfg.overrides, f"data.corpus_root={source.corpus_root}", f"run.seed={seed}",
+            f"optim.max_steps={cfg.steps}", f"run.checkpoint_every={cfg.eval_every}", f"run.keep_checkpoints={keep}",
+            "run.evaluate_test=false", "run.calibrate=false", f"run.storage_path={Path(cfg.out_dir) / 'train'}",
+            f"run.name={source.name}-seed{seed}", "run.unique_name=true"]
+
+
+def _score_checkpoint(path: str, truth_root: str, split: str, limit: int | None) -> dict[str, float]:
+    from relate.api import load_model
+    from train_jobs.relation_data import DataConfig
+    from train_jobs.relation_eval import evaluate_split
+
+    data = DataConfig(corpus_root=truth_root, truth_root=truth_root)
+    figs = evaluate_split(load_model(path), data, split, limit=limit)
+    return {k: v for k, v in figs.items() if k.startswith("truth/") or k.startswith("syn_nogc/")}
+
+
+def _train_and_score(cfg: LearningCurveConfig, source: CurveSource, seed: int) -> list[dict]:
+    import ray
+
+    from relate.config import load_config
+    from train_jobs.train_relation import TrainRelationConfig, main as train
+
+    res = train(load_config(TrainRelationConfig, cfg.recipe, _run_overrides(cfg, source, seed)))
+    score = ray.remote(num_cpus=cfg.score_cpus)(_score_checkpoint)
+    pending = [(m, score.remote(path, cfg.truth_root, cfg.eval_split, cfg.eval_images)) for path, m in res.checkpoints]
+    rows = []
+    for m, ref in pending:
+        rows.append({"source": source.name, "seed": seed, "step": int(m["step"]),
+                     "seconds": float(m.get("train_seconds", float("nan"))), "run": res.run, **ray.get(ref)})
+    return rows
+
+
+def _figure_keys(rows: Sequence[dict]) -> list[str]:
+    fams = sorted({k for r in rows for k in r if k.startswith("truth/family/") and k.endswith("_ap")})
+    return fams + [k for k in FIGURES if any(k in r for r in rows)]
+
+
+def summarise(rows: Sequence[dict], sources: Sequence[str]) -> tuple[dict, str]:
+    """Final-step mean [95% interval] per source and figure, and each source's paired gap (same
+    seed) to the first source; a Markdown table of it."""
+    from train_jobs.ablate_recipe import mean_interval
+
+    keys = _figure_keys(rows)
+    last = {}
+    for r in rows:
+        k = (r["source"], r["seed"])
+        if k not in last or r["step"] > last[k]["step"]:
+            last[k] = r
+    summary: dict = {}
+    ref = sources[0]
+    for src in sources:
+        summary[src] = {}
+        for key in keys:
+            vals = [r[key] for (s, _), r in last.items() if s == src and key in r and not math.isnan(r[key])]
+            if not vals:
+                continue
+            m, lo, hi = mean_interval(vals)
+            cell = {"mean": m, "lo": lo, "hi": hi, "n": len(vals)}
+            gaps = [r[key] - last[(ref, seed)][key] for (s, seed), r in last.items()
+                    if s == src and src != ref and (ref, seed) in last and key in r and key in last[(ref, seed)]]
+            if gaps:
+                g, glo, ghi = mean_interval(gaps)
+                cell.update({"gap": g, "gap_lo": glo, "gap_hi": ghi})
+            summary[src][key] = cell
+    names = [k.replace("truth/family/", "").replace("truth/", "") for k in keys]
+    lines = ["| source | step | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(keys)]
+    for src in sources:
+        steps = {r["step"] for (s, _), r in last.items() if s == src}
+        cells = []
+        for key in keys:
+            c = summary[src].get(key)
+            if c is None:
+                cells.append("-")
+                continue
+            txt = f"{c['mean']:.3f}" + (f" [{c['lo']:.3f}, {c['hi']:.3f}]" if not math.isnan(c["lo"]) else "")
+            if "gap" in c:
+                txt += f" ({c['gap']:+.3f})"
+            cells.append(txt)
+        lines.append(f"| {src} | {','.join(map(str, sorted(steps)))} | " + " | ".join(cells) + " |")
+    return summary, "\n".join(lines) + "\n"
+
+
+def plot_curves(rows: Sequence[dict], sources: Sequence[str], x: str, path: Path) -> None:
+    """One panel per figure: mean over seeds against ``x`` (step or seconds) per source, with the
+    95% interval as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from train_jobs.ablate_recipe import mean_interval
+
+    keys = _figure_keys(rows)
+    cols = 4
+    fig, axes = plt.subplots(math.ceil(len(keys) / cols), cols, figsize=(4 * cols, 3 * math.ceil(len(keys) / cols)),
+                             squeeze=False)
+    for ax, key in zip(axes.ravel(), keys):
+        for src in sources:
+            by_step: dict[int, list[dict]] = {}
+            for r in rows:
+                if r["source"] == src and key in r and not math.isnan(r[key]):
+                    by_step.setdefault(r["step"], []).append(r)
+            steps = sorted(by_step)
+            if not steps:
+                continue
+            xs = [sum(r[x] for r in by_step[s]) / len(by_step[s]) for s in steps]
+            stats = [mean_interval([r[key] for r in by_step[s]]) for s in steps]
+            ax.plot(xs, [m for m, _, _ in stats], marker="o", label=src)
+            if all(not math.isnan(lo) for _, lo, _ in stats):
+                ax.fill_between(xs, [lo for _, lo, _ in stats], [hi for _, _, hi in stats], alpha=0.2)
+        ax.set_title(key.replace("truth/family/", "AP ").replace("truth/", ""), fontsize=10)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("optimiser step" if x == "step" else "wall seconds")
+        ax.grid(alpha=0.3)
+    for ax in axes.ravel()[len(keys):]:
+        ax.axis("off")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle("against the world's rules (test split)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(cfg: LearningCurveConfig) -> LearningCurveResult:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import ray
+
+    from relate.config import dump_config
+
+    out = Path(cfg.out_dir)
+    (out / "scores").mkdir(parents=True, exist_ok=True)
+    dump_config(cfg, out / "learning_curve_config.yaml")
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, configure_logging=False)
+    rows: list[dict] = []
+    for source in cfg.sources:
+        for seed in cfg.seeds:
+            kept = out / "scores" / f"{source.name}-seed{seed}.json"
+            settings = _run_overrides(cfg, source, seed) + [f"truth_root={cfg.truth_root}", f"split={cfg.eval_split}",
+                                                            f"images={cfg.eval_images}", f"recipe={cfg.recipe}"]
+            saved = json.loads(kept.read_text()) if kept.is_file() else None
+            if saved is not None and saved.get("settings") == settings:
+                print(f"{source.name} seed {seed}: kept scores {kept}", flush=True)
+                rows.extend(saved["rows"])
+                continue
+            print(f"{source.name} seed {seed}: training {cfg.steps} steps on {source.corpus_root}", flush=True)
+            run_rows = _train_and_score(cfg, source, seed)
+            tmp = kept.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"settings": settings, "rows": run_rows}, indent=1))
+            tmp.replace(kept)  # atomic: a crash never leaves half a record
+            rows.extend(run_rows)
+    names = [s.name for s in cfg.sources]
+    summary, table = summarise(rows, names)
+    pq.write_table(pa.Table.from_pylist(rows), out / "curves.parquet")
+    (out / "curves.md").write_text(table)
+    (out / "curves.json").write_text(json.dumps(summary, indent=1))
+    plot_curves(rows, names, "step", out / "curves_steps.png")
+    plot_curves(rows, names, "seconds", out / "curves_time.png")
+    print(table, flush=True)
+    print(f"curves: {out / 'curves_steps.png'}, {out / 'curves_time.png'}; rows {out / 'curves.parquet'}", flush=True)
+    return LearningCurveResult(rows, summary, str(out))
+
+
+if __name__ == "__main__":
+    # through the importable module: Ray pickles __main__'s functions by value (see train_relation)
+    import train_jobs.learning_curve as _job
+
+    _job.main(parse_job_args(_job.LearningCurveConfig, sys.argv[1:], description=__doc__ or ""))
