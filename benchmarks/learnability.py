@@ -18,23 +18,9 @@ from __future__ import annotations
 
 from benchmarks._common import run_benchmark
 
-PIXEL_FAMILIES = ("depth", "appearance")
-
-
-def _pooled(res, families) -> float:
-    """Recall within count over ``families`` only, weighting each family by its true relations."""
-    num = den = 0.0
-    for f in families:
-        v = res.family_count_recall.get(f)
-        n = res.positives.get(f, 0)
-        if v is not None and n and v == v:
-            num += v * n
-            den += n
-    return num / den if den else float("nan")
-
-
 def measure(quick: bool) -> dict[str, float]:
-    from train_jobs.learnability import BOX_FAMILIES, LearnabilityConfig, main
+    from relate.data.lexicon import PIXEL_FAMILIES
+    from train_jobs.learnability import BOX_FAMILIES, LearnabilityConfig, main, pooled_recall
 
     steps = 300 if quick else 600
     figures: dict[str, float] = {}
@@ -46,9 +32,9 @@ def measure(quick: bool) -> dict[str, float]:
             if v == v:
                 figures[f"{key}_{f}_recall"] = round(v, 4)
         if control == "shuffled_boxes":
-            figures["shuffled_boxes_box_recall"] = round(_pooled(res, BOX_FAMILIES), 4)
+            figures["shuffled_boxes_box_recall"] = round(pooled_recall(res, BOX_FAMILIES), 4)
         if control == "blank_pixels":
-            figures["blank_pixels_pixel_recall"] = round(_pooled(res, PIXEL_FAMILIES), 4)
+            figures["blank_pixels_pixel_recall"] = round(pooled_recall(res, PIXEL_FAMILIES), 4)
     short = main(LearnabilityConfig(scenes=96 if quick else 400, twins=False, eval_scenes=48 if quick else 200,
                                     steps=150 if quick else 1000))
     for f, v in short.family_ap.items():

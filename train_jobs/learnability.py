@@ -35,7 +35,8 @@ from pydantic import Field
 
 from relate.config import StrictConfig, load_config, parse_job_args
 
-__all__ = ["LearnabilityConfig", "LearnabilityResult", "CONTROLS", "BOX_FAMILIES", "main", "build_recipe"]
+__all__ = ["LearnabilityConfig", "LearnabilityResult", "CONTROLS", "BOX_FAMILIES", "main", "build_recipe",
+           "pooled_recall"]
 
 CONTROLS = ("none", "shuffled_boxes", "blank_pixels")
 BOX_FAMILIES = ("spatial", "contact", "containment", "proximity")
@@ -76,6 +77,16 @@ class LearnabilityResult:
     seconds: float
     images: int
     losses: list[float] = field(default_factory=list)
+
+
+def pooled_recall(res: LearnabilityResult, families: Sequence[str]) -> float:
+    """Recall within count over ``families`` only (each family weighted by its true relations)."""
+    num = den = 0.0
+    for f in families:
+        v, n = res.family_count_recall.get(f), res.positives.get(f, 0)
+        if v is not None and n and v == v:
+            num, den = num + v * n, den + n
+    return num / den if den else float("nan")
 
 
 def build_recipe(cfg: LearnabilityConfig, corpus_root: str, steps: int):
@@ -164,7 +175,9 @@ def main(cfg: LearnabilityConfig) -> LearnabilityResult:
             losses.append(runner.train_step(batch)["loss/total"])
         seconds = time.perf_counter() - t0
         model = create_relation_model(train_cfg.model)
-        model.load_state_dict(runner.raw.state_dict())  # the weights trained (a few images: EMA would lag)
+        # memorising a few images: the weights trained (EMA would lag); held-out scenes: the EMA weights,
+        # what the train job's checkpoints hold
+        model.load_state_dict(runner.ema.state if cfg.eval_scenes else runner.raw.state_dict())
         predictor = RelationPredictor(model, space["bank"])
         if cfg.eval_scenes:
             table = read_corpus(root, "test")

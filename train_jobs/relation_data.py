@@ -21,7 +21,7 @@ from relate.config import StrictConfig
 from relate.storage import Location, under_root
 from relate.losses import PredicateSpace, fit_synonym_weighting
 
-__all__ = ["DataConfig", "build_space", "DecodeStage", "concept_key", "concept_family"]
+__all__ = ["DataConfig", "build_space", "DecodeStage", "concept_key", "concept_family", "dropped_by_caps"]
 
 
 class DataConfig(StrictConfig):
@@ -240,6 +240,21 @@ def _scope_table(cfg: DataConfig, train: pa.Table, strings: list[str], keys: lis
             row |= np.isin(key_arr, list(set(key_arr[hit])))
         scope[i] = row
     return names, scope
+
+
+def dropped_by_caps(table: pa.Table, cfg: DataConfig) -> tuple[int, int, int]:
+    """(relations DecodeStage drops under data.max_boxes / data.max_relations, training relations, images
+    affected): a box beyond max_boxes takes its relations with it, and each image keeps at most
+    max_relations. Said before training, so a dense corpus (the world's full truth) is not cut silently."""
+    dropped = total = images = 0
+    n, m = cfg.max_boxes, cfg.max_relations
+    for rels in table.column("relations").to_pylist():
+        ok = [r for r in rels if r["subject"] < n and r["object"] < n and r["subject"] != r["object"]]
+        lost = len(rels) - min(len(ok), m) - sum(1 for r in rels if r["subject"] == r["object"])
+        total += len(rels)
+        dropped += lost
+        images += lost > 0
+    return dropped, total, images
 
 
 class DecodeStage:

@@ -14,7 +14,8 @@ import numpy as np
 
 from train_jobs.relation_data import DataConfig, _predicate_tables, concept_family, concept_key
 
-__all__ = ["evaluate_split", "baseline_metrics", "report_test", "truth_root", "truth_report"]
+__all__ = ["evaluate_split", "baseline_metrics", "report_test", "truth_root", "truth_report", "format_report",
+           "summary_lines"]
 
 
 def _recalls(gt, preds, mode: str, tag: str) -> dict[str, float]:
@@ -160,9 +161,10 @@ def baseline_metrics(cfg: DataConfig, split: str = "test") -> dict[str, float]:
     return _recalls(gt, preds, cfg.predicates, "baseline/")
 
 
-def report_test(predictor, cfg: DataConfig) -> dict[str, float]:
+def report_test(predictor, cfg: DataConfig, verbose: bool = False) -> dict[str, float]:
     """Test split: model with every known form, the frequency baseline, and the vocabulary swap to
-    held-out synonyms only (never in the training bank), scored by the synonym-tolerant matcher."""
+    held-out synonyms only (never in the training bank), scored by the synonym-tolerant matcher.
+    Prints a per-family summary (every figure with ``verbose``); ``format_report`` gives them all."""
     held = _predicate_tables(cfg, None)[2] if cfg.predicates == "synthetic_lexicon" else None
     forms = _all_forms(cfg)
     out = evaluate_split(predictor, cfg, "test", vocabulary=forms, tag="model/")
@@ -170,10 +172,37 @@ def report_test(predictor, cfg: DataConfig) -> dict[str, float]:
     if held is not None and any(held):
         unseen = [f for f, h in zip(forms, held) if h]
         out.update(evaluate_split(predictor, cfg, "test", vocabulary=unseen, tag="swap/"))
-    lines = [f"{k:45s} {v:.4f}" for k, v in sorted(out.items())]
-    print("test split, GT boxes (syn_nogc: without the graph constraint; the rest graph-constrained)\n"
-          + "\n".join(lines), flush=True)
+    print(format_report(out) if verbose else summary_lines(out), flush=True)
     return out
+
+
+def format_report(figures: dict[str, float]) -> str:
+    """Every figure of a test report, one per line."""
+    lines = [f"{k:45s} {v:.4f}" for k, v in sorted(figures.items())]
+    return ("test split, GT boxes (syn_nogc: without the graph constraint; truth: against every relation that "
+            "holds; the rest graph-constrained)\n" + "\n".join(lines))
+
+
+def summary_lines(figures: dict[str, float]) -> str:
+    """A short test report: per family, recall@50 of the stated relations (no graph constraint; the
+    frequency baseline beside it) and, where the world's truth is known, AP against it."""
+    fams = sorted({k.split("/")[-1][:-3] for k in figures if k.startswith("model/syn_nogc/family/")})
+    truth = any(k.startswith("model/truth/") for k in figures)
+    head = f"{'family':12s} {'recall@50':>9s} {'baseline':>8s}" + (f" {'AP vs truth':>11s}" if truth else "")
+    lines = ["test split, GT boxes: recall of the stated relations without the graph constraint" +
+             (", and AP against every relation that holds (the world's rules)" if truth else ""), head]
+    for f in fams:
+        row = f"{f:12s} {figures.get(f'model/syn_nogc/family/{f}@50', float('nan')):9.3f} " \
+              f"{figures.get(f'baseline/syn_nogc/family/{f}@50', float('nan')):8.3f}"
+        if truth:
+            row += f" {figures.get(f'model/truth/family/{f}_ap', float('nan')):11.3f}"
+        lines.append(row)
+    tail = f"mR@50 {figures.get('model/syn_nogc/mR@50', float('nan')):.3f} (baseline " \
+           f"{figures.get('baseline/syn_nogc/mR@50', float('nan')):.3f}; graph-constrained " \
+           f"{figures.get('model/syn/mR@50', float('nan')):.3f})"
+    if truth:
+        tail += f"; top-10 precision vs truth {figures.get('model/truth/top10_precision', float('nan')):.3f}"
+    return "\n".join(lines + [tail])
 
 
 def _all_forms(cfg: DataConfig) -> list[str]:
@@ -209,7 +238,8 @@ def _cli(argv=None) -> dict:
     ap.add_argument("--out", default=None, help="also write the figures as JSON")
     args = ap.parse_args(argv)
     out = report_test(load_model(args.checkpoint), DataConfig(corpus_root=args.corpus_root,
-                                                              predicates=args.predicates, truth_root=args.truth))
+                                                              predicates=args.predicates, truth_root=args.truth),
+                      verbose=True)
     if args.out:
         from pathlib import Path
 

@@ -184,7 +184,8 @@ def quiet_reports(keep: bool = False) -> None:
 
 def _family_line(step: int, total: int, metrics: dict) -> str:
     """One validation line: per-family AP against the world's truth where known, else stated recall."""
-    ap = {k.rsplit("/", 1)[1][:-3]: v for k, v in metrics.items() if k.startswith("val/truth/family/")}
+    ap = {k.rsplit("/", 1)[1][:-3]: v for k, v in metrics.items()
+          if k.startswith("val/truth/family/") and k.endswith("_ap")}
     if ap:
         fams = " ".join(f"{f} {v:.2f}" for f, v in ap.items())
         return f"val {step}/{total}: AP vs truth {fams}; top-10 precision {metrics['val/truth/top10_precision']:.2f}"

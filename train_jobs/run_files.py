@@ -100,7 +100,8 @@ class TensorBoardLog:
         self.remote = f"{folder}/{TENSORBOARD_DIR}"
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
         self.dir = self.remote if self.local else tempfile.mkdtemp(prefix="relate-tb-")
-        self.writer = SummaryWriter(self.dir, purge_step=resumed_from or None, flush_secs=30)
+        # events of an earlier attempt at steps past the checkpoint resumed from are hidden (their steps repeat)
+        self.writer = SummaryWriter(self.dir, purge_step=resumed_from + 1 if resumed_from else None, flush_secs=30)
 
     def scalars(self, metrics: dict, step: int) -> None:
         """Every finite number of ``metrics`` at ``step`` (tags as the metric names: loss/..., val/...)."""

@@ -35,7 +35,7 @@ from relate.model.config import RelationModelConfig
 from relate.placement import ResourcesConfig, scaling_config_kwargs
 from relate.storage import Location, is_uri, join, redact, resolve, uri_for
 from train_jobs import run_files
-from train_jobs.relation_data import DataConfig, DecodeStage, build_space
+from train_jobs.relation_data import DataConfig, DecodeStage, build_space, dropped_by_caps
 from train_jobs.relation_worker import train_loop_per_worker
 from train_jobs.run_files import PROGRESS_LOG, RunError, RunState, new_run_name
 
@@ -155,6 +155,11 @@ def build_trainer(cfg: TrainRelationConfig):
     # streams through Ray Data. Read tasks would compete with the trainers for the same CPUs.
     table = read_corpus(cfg.data.corpus_root, "train").select(["image_id", "uri", "width", "height", "boxes",
                                                                 "relations", "source"])
+    dropped, total, images = dropped_by_caps(table, cfg.data)
+    if dropped:
+        print(f"data caps: {dropped} of {total} training relations ({images} images) are beyond data.max_boxes="
+              f"{cfg.data.max_boxes} or data.max_relations={cfg.data.max_relations} and are not trained on; raise "
+              f"them to keep every relation", flush=True)
     ds = ray.data.from_arrow(table)
     ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
     stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
@@ -221,8 +226,24 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
         from train_jobs.relation_eval import report_test
 
         out.test = report_test(load_model(ckpt.path, filesystem=fs), cfg.data)
+        _write_report(cfg, out.test)
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _write_report(cfg: TrainRelationConfig, figures: dict[str, float]) -> None:
+    """Every test figure into the run folder: ``test_report.json`` and ``test_report.txt``."""
+    import json
+
+    from train_jobs.relation_eval import format_report
+
+    fs, folder = _run_dir(resolve_storage_path(cfg.run.storage_path), cfg.run.name)
+    for name, text in (("test_report.json", json.dumps(figures, indent=1, sort_keys=True)),
+                       ("test_report.txt", format_report(figures) + "\n")):
+        with fs.open_output_stream(f"{folder}/{name}") as f:
+            f.write(text.encode())
+    print(f"full test report: {redact(join(resolve_storage_path(cfg.run.storage_path), cfg.run.name, 'test_report.txt'))}",
+          flush=True)
 
 
 def parse_args(argv) -> TrainRelationConfig:

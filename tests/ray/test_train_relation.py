@@ -52,6 +52,20 @@ def test_killed_worker_resumes_from_last_checkpoint_and_matches_clean_run(ray_se
         assert abs(drill.metrics[key] - clean.metrics[key]) <= 0.15, key  # same seed: within noise
     pred = load_model(drill.checkpoint)  # the Ray checkpoint folder is the API's checkpoint format
     assert len(pred.vocabulary) > 0
+    # TensorBoard reads the run folder: every step's loss, the final validation, wall time, one curve per tag
+    # even across the drill's restart (the events past the resumed step are purged, not repeated)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for run, res in ((clean.run, clean), (drill.run, drill)):
+        acc = EventAccumulator(str(tmp_path / run / "tensorboard"))
+        acc.Reload()
+        tags = acc.Tags()["scalars"]
+        assert {"loss/total", "loss/infonce", "train_seconds", "lr/head", "val/syn/R@50"} <= set(tags), tags
+        steps = [e.step for e in acc.Scalars("loss/total")]
+        assert sorted(set(steps)) == [1, 2, 3, 4], (run, steps)
+        assert acc.Scalars("val/syn/R@50")[-1].value == pytest.approx(res.metrics["val/syn/R@50"])
+    assert [c[1]["step"] for c in clean.checkpoints] == [2, 4]  # each kept checkpoint with its step's metrics
+    assert clean.checkpoints[-1][0] == clean.checkpoint and clean.checkpoints[0][1]["train_seconds"] > 0
 
 
 @pytest.mark.slow

@@ -93,3 +93,20 @@ def test_decode_stage_hands_each_image_its_scope_row(tmp_path):
     batch = pa.Table.from_pylist([{**row, "source": s} for s in ("hoi", "other", "spatial_src")])
     stage = DecodeStage(16, DataConfig(photometric=0.0), ["on"], ["cup"], sources=["*", "hoi", "spatial_src"])
     assert stage(batch)["source"].tolist() == [1, 0, 2]
+
+
+def test_dropped_by_caps_counts_what_decoding_would_cut():
+    """A box beyond max_boxes takes its relations with it; each image keeps max_relations; self-loops
+    are no training relations either way (DecodeStage drops them) and are not counted as cut."""
+    import pyarrow as pa
+
+    from train_jobs.relation_data import DataConfig, dropped_by_caps
+
+    def rel(s, o):
+        return {"subject": s, "object": o, "predicate": "near"}
+
+    table = pa.table({"relations": [[rel(0, 1), rel(1, 2), rel(2, 0), rel(0, 3)],  # box 3 beyond max_boxes=3
+                                    [rel(0, 1), rel(1, 0), rel(0, 2), rel(2, 1), rel(1, 1)],  # 4 valid, cap 3
+                                    [rel(0, 1)]]})
+    assert dropped_by_caps(table, DataConfig(max_boxes=3, max_relations=3)) == (2, 10, 2)
+    assert dropped_by_caps(table, DataConfig(max_boxes=4, max_relations=4)) == (0, 10, 0)
