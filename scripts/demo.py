@@ -81,7 +81,8 @@ def stage_train(steps: int) -> str:
     if not resume:
         shutil.rmtree(run_dir, ignore_errors=True)
     cfg = load_config(TrainRelationConfig, ROOT / "train_jobs/configs/cpu_small.yaml",
-                      [f"data.corpus_root={RUN / 'annotated'}", f"optim.max_steps={steps}",
+                      [f"data.corpus_root={RUN / 'annotated'}", f"data.truth_root={RUN / 'synthetic'}",
+                       f"optim.max_steps={steps}",
                        f"run.storage_path={RUN / 'train'}", "run.name=cpu_small", "run.unique_name=false",
                        f"run.resume={str(resume).lower()}"])
     # worker logs are not forwarded here (log_to_driver=False): follow rank 0's progress file

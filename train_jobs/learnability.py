@@ -61,6 +61,8 @@ class LearnabilityConfig(StrictConfig):
                        "(all of them when they are fewer)")
     eval_scenes: int = Field(0, ge=0, description="0: score the training images (memorisation); N: score N further "
                              "scenes of the world, never trained on (a short run's generalisation)")
+    eval_every: int = Field(0, ge=0, description="with eval_scenes: also score the held-out scenes every N steps "
+                            "(the result's curve; a line printed each time); 0: only at the end")
     control: Literal["none", "shuffled_boxes", "blank_pixels"] = Field("none", description="what is taken away")
     work_dir: str | None = Field(None, description="folder for the images and corpus (None: a temporary folder)")
 
@@ -77,6 +79,7 @@ class LearnabilityResult:
     seconds: float
     images: int
     losses: list[float] = field(default_factory=list)
+    curve: list[dict] = field(default_factory=list)  # (step, seconds, AP per family, top-10) at each eval_every
 
 
 def pooled_recall(res: LearnabilityResult, families: Sequence[str]) -> float:
@@ -145,11 +148,8 @@ def _truth(table) -> list[tuple[frozenset, int]]:
 
 def main(cfg: LearnabilityConfig) -> LearnabilityResult:
     """Train the recipe on the scenes under ``cfg.control`` and score recall within count."""
-    from relate.api import RelationPredictor
     from relate.data.corpus import read_corpus
-    from relate.model.model import create_relation_model
     from train_jobs.relation_data import DataConfig, DecodeStage, build_space
-    from train_jobs.relation_eval import truth_report
     from train_jobs.relation_worker import TrainRunner
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -166,29 +166,48 @@ def main(cfg: LearnabilityConfig) -> LearnabilityResult:
         runner = TrainRunner(train_cfg, space, cfg.steps)
         rng = np.random.default_rng([cfg.seed, 17])
         per_step = min(train_cfg.optim.batch_size, len(table))
+        eval_table = read_corpus(root, "test") if cfg.eval_scenes else table
         t0 = time.perf_counter()
-        losses = []
-        for _ in range(cfg.steps):
+        losses, curve = [], []
+        for step in range(1, cfg.steps + 1):
             rows = table.take(np.sort(rng.choice(len(table), per_step, replace=False)))
             batch = {k: torch.from_numpy(v) for k, v in decode(rows).items()}  # fresh photometric jitter
             _apply_control(batch, cfg.control, rng)
             losses.append(runner.train_step(batch)["loss/total"])
+            if cfg.eval_scenes and cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
+                rep = _score(runner, train_cfg, space, eval_table, cfg, ema=True)
+                curve.append(_curve_point(step, time.perf_counter() - t0, rep))
         seconds = time.perf_counter() - t0
-        model = create_relation_model(train_cfg.model)
-        # memorising a few images: the weights trained (EMA would lag); held-out scenes: the EMA weights,
-        # what the train job's checkpoints hold
-        model.load_state_dict(runner.ema.state if cfg.eval_scenes else runner.raw.state_dict())
-        predictor = RelationPredictor(model, space["bank"])
-        if cfg.eval_scenes:
-            table = read_corpus(root, "test")
-        uris = table.column("uri").to_pylist()
-        images = [np.zeros((h, w, 3), np.uint8) for h, w in zip(table.column("height").to_pylist(),
-                                                              table.column("width").to_pylist())] \
-            if cfg.control == "blank_pixels" else uris
-        scores = predictor.score_images(images, table.column("boxes").to_pylist())
-        rep = truth_report(predictor, scores, predictor.vocabulary_strings(), _truth(table), data.predicates)
+        rep = _score(runner, train_cfg, space, eval_table, cfg, ema=bool(cfg.eval_scenes))
+        if cfg.eval_scenes and cfg.eval_every:
+            curve.append(_curve_point(cfg.steps, seconds, rep))
     return LearnabilityResult(cfg.control, rep.count_recall, rep.family_count_recall, rep.family_ap,
-                              rep.topk_precision, rep.positives, cfg.steps, seconds, len(table), losses)
+                              rep.topk_precision, rep.positives, cfg.steps, seconds, len(eval_table), losses, curve)
+
+
+def _score(runner, train_cfg, space, table, cfg: LearnabilityConfig, ema: bool):
+    """Recall within count, AP and top-10 of the runner's weights (EMA or raw) on ``table``'s images
+    (blank for the blank-pixel arm), against their full truth."""
+    from relate.api import RelationPredictor
+    from relate.model.model import create_relation_model
+    from train_jobs.relation_eval import truth_report
+
+    model = create_relation_model(train_cfg.model)
+    model.load_state_dict(runner.ema.state if ema else runner.raw.state_dict())
+    predictor = RelationPredictor(model, space["bank"])  # packs its own copy for CPU inference
+    images = [np.zeros((h, w, 3), np.uint8) for h, w in zip(table.column("height").to_pylist(),
+                                                          table.column("width").to_pylist())] \
+        if cfg.control == "blank_pixels" else table.column("uri").to_pylist()
+    scores = predictor.score_images(images, table.column("boxes").to_pylist())
+    return truth_report(predictor, scores, predictor.vocabulary_strings(), _truth(table), train_cfg.data.predicates)
+
+
+def _curve_point(step: int, seconds: float, rep) -> dict:
+    point = {"step": step, "seconds": round(seconds, 1), "top10_precision": rep.topk_precision,
+             **{f"{f}_ap": v for f, v in rep.family_ap.items()}}
+    aps = " ".join(f"{f} {v:.2f}" for f, v in rep.family_ap.items())
+    print(f"step {step} ({seconds:.0f} s): AP {aps}; top-10 {rep.topk_precision:.3f}", flush=True)
+    return point
 
 
 def _cli(argv: Sequence[str] | None = None) -> LearnabilityResult:

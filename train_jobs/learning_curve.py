@@ -36,7 +36,8 @@ from pydantic import Field, model_validator
 from relate.config import StrictConfig, parse_job_args
 from relate.storage import Location
 
-__all__ = ["CurveSource", "LearningCurveConfig", "LearningCurveResult", "main", "summarise", "FIGURES"]
+__all__ = ["CurveSource", "LearningCurveConfig", "LearningCurveResult", "main", "summarise", "FIGURES",
+           "source_coverage", "coverage_table"]
 
 _CONFIGS = Path(__file__).resolve().parent / "configs"
 # the figures a curve follows: truth/family/<f>_ap per family (added at run time) and these
@@ -116,6 +117,34 @@ def _train_and_score(cfg: LearningCurveConfig, source: CurveSource, seed: int) -
         rows.append({"source": source.name, "seed": seed, "step": int(m["step"]),
                      "seconds": float(m.get("train_seconds", float("nan"))), "run": res.run, **ray.get(ref)})
     return rows
+
+
+def source_coverage(corpus_root: str, truth_root: str) -> dict[str, dict[str, float]]:
+    """Per family, the share of the truth a source's training split states, and the share of its
+    statements that are not true (``relate.metrics.truth.annotation_coverage``)."""
+    from relate.data.corpus import read_corpus
+    from relate.data.lexicon import CONCEPTS, SURFACE_TO_CONCEPT
+    from relate.data.world_truth import world_truth
+    from relate.metrics.truth import annotation_coverage
+
+    table = read_corpus(corpus_root, "train")
+    truth = world_truth(truth_root, table.column("image_id").to_pylist(), table.column("boxes").to_pylist())
+    stated = [{(r["subject"], r["object"], SURFACE_TO_CONCEPT[r["predicate"].strip().lower()]) for r in rels
+               if r["predicate"].strip().lower() in SURFACE_TO_CONCEPT and max(r["subject"], r["object"]) < n}
+              for rels, (_, n) in zip(table.column("relations").to_pylist(), truth)]
+    return annotation_coverage(stated, [t for t, _ in truth], {c: k.family for c, k in CONCEPTS.items()},
+                               {c: k.inverse for c, k in CONCEPTS.items()}, [c for c, k in CONCEPTS.items() if k.symmetric])
+
+
+def coverage_table(coverage: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Markdown: per family, each source's share of the truth stated (and of its statements not true)."""
+    fams = sorted({f for cov in coverage.values() for f in cov})
+    lines = ["| family | " + " | ".join(f"{s}: truth stated (not true)" for s in coverage) + " |",
+             "|---|" + "---:|" * len(coverage)]
+    for f in fams:
+        cells = [f"{c[f]['covered']:.3f} ({c[f]['not_true']:.3f})" if f in c else "-" for c in coverage.values()]
+        lines.append(f"| {f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _figure_keys(rows: Sequence[dict]) -> list[str]:
@@ -240,6 +269,9 @@ def main(cfg: LearningCurveConfig) -> LearningCurveResult:
             rows.extend(run_rows)
     names = [s.name for s in cfg.sources]
     summary, table = summarise(rows, names)
+    coverage = {s.name: source_coverage(s.corpus_root, cfg.truth_root) for s in cfg.sources}
+    summary["coverage"] = coverage
+    table += "\nWhat each source states of the truth (training split):\n\n" + coverage_table(coverage)
     pq.write_table(pa.Table.from_pylist(rows), out / "curves.parquet")
     (out / "curves.md").write_text(table)
     (out / "curves.json").write_text(json.dumps(summary, indent=1))

@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 from sklearn.metrics import average_precision_score
 
-__all__ = ["ImageCells", "TruthReport", "score_against_truth"]
+__all__ = ["ImageCells", "TruthReport", "score_against_truth", "annotation_coverage"]
 
 
 @dataclass(frozen=True)
@@ -157,3 +157,35 @@ def score_against_truth(images: Iterable[ImageCells], concepts: Sequence[str], f
     return TruthReport(family_ap, concept_ap, float(np.mean(tops)) if tops else float("nan"), k,
                        kept_pairs / true_pairs if true_pairs else float("nan"), positives, n_img,
                        float(W.sum() / L.sum()) if L.any() else float("nan"), family_count)
+
+
+def annotation_coverage(stated: Iterable[Iterable[tuple[int, int, str]]], truth: Iterable[Iterable[tuple[int, int, str]]],
+                        family_of: Mapping[str, str], inverse_of: Mapping[str, str | None],
+                        symmetric: Iterable[str] = ()) -> dict[str, dict[str, float]]:
+    """Per family, how much of the truth a corpus states and how much of what it states is true.
+
+    ``stated`` and ``truth`` are per image (subject, object, concept) triples; a statement also
+    states its reverse (the inverse concept, or the same one for a symmetric concept), so
+    ``(a, b, left_of)`` covers ``(b, a, right_of)``. Returns family -> {truth, covered (share of true
+    relations stated), stated, not_true (share of statements that do not hold)}: the measure of
+    the positive-unlabeled gap between training on annotation and training on the truth.
+    """
+    sym = set(symmetric)
+    tot: dict[str, list[int]] = {}
+    for st, tr in zip(stated, truth):
+        st, tr = set(st), set(tr)
+        closed = set(st)
+        for s, o, c in st:
+            rev = c if c in sym else inverse_of.get(c)
+            if rev is not None:
+                closed.add((o, s, rev))
+        for s, o, c in tr:
+            row = tot.setdefault(family_of[c], [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += (s, o, c) in closed
+        for s, o, c in st:
+            row = tot.setdefault(family_of[c], [0, 0, 0, 0])
+            row[2] += 1
+            row[3] += (s, o, c) not in tr
+    return {f: {"truth": n, "covered": k / n if n else float("nan"), "stated": m, "not_true": x / m if m else float("nan")}
+            for f, (n, k, m, x) in tot.items()}

@@ -18,8 +18,12 @@ def corpus(tmp_path_factory):
     from relate.data.synthetic import SyntheticConfig
     from relate.data.synthetic_corpus import write_corpus
 
+    from relate.config import dump_config
+
     world = SyntheticConfig(num_scenes=40, min_size=64, max_size=96, max_objects=6)
-    return write_corpus(tmp_path_factory.mktemp("synth"), world, lambda i: "val" if i % 5 == 0 else "train")
+    root = write_corpus(tmp_path_factory.mktemp("synth"), world, lambda i: "val" if i % 5 == 0 else "train")
+    dump_config(world, root / "synthetic_config.yaml")  # the world's rules: validation scores against its truth
+    return root
 
 
 def _cfg(corpus: Path, storage: Path, name: str, **run):
@@ -60,12 +64,14 @@ def test_killed_worker_resumes_from_last_checkpoint_and_matches_clean_run(ray_se
         acc = EventAccumulator(str(tmp_path / run / "tensorboard"))
         acc.Reload()
         tags = acc.Tags()["scalars"]
-        assert {"loss/total", "loss/infonce", "train_seconds", "lr/head", "val/syn/R@50"} <= set(tags), tags
+        assert {"loss/total", "loss/infonce", "train_seconds", "lr/head", "val/syn/R@50",
+                "val/truth/family/spatial_ap", "val/truth/top10_precision"} <= set(tags), tags
         steps = [e.step for e in acc.Scalars("loss/total")]
         assert sorted(set(steps)) == [1, 2, 3, 4], (run, steps)
         assert acc.Scalars("val/syn/R@50")[-1].value == pytest.approx(res.metrics["val/syn/R@50"])
     assert [c[1]["step"] for c in clean.checkpoints] == [2, 4]  # each kept checkpoint with its step's metrics
     assert clean.checkpoints[-1][0] == clean.checkpoint and clean.checkpoints[0][1]["train_seconds"] > 0
+    assert "AP vs truth spatial" in (tmp_path / clean.run / "progress.log").read_text()  # the per-family val line
 
 
 @pytest.mark.slow

@@ -71,6 +71,21 @@ def test_ties_count_against_the_model():
     assert score_against_truth([cells], CONCEPTS, FAMILY, k=1).topk_precision == 0.0
 
 
+def test_annotation_coverage_by_hand():
+    from relate.metrics.truth import annotation_coverage
+
+    truth = [{(0, 1, "left_of"), (1, 0, "right_of"), (0, 1, "near"), (1, 0, "near")}]
+    # left_of stated once (its reverse counts too), near not at all, one false right_of
+    stated = [{(0, 1, "left_of"), (0, 1, "right_of")}]
+    cov = annotation_coverage(stated, truth, FAMILY, {"left_of": "right_of", "right_of": "left_of", "near": None},
+                              symmetric=["near"])
+    # (0,1,right_of) is false, but its reverse (1,0,left_of) is not in the truth either
+    assert cov["spatial"] == {"truth": 2, "covered": 1.0, "stated": 2, "not_true": 0.5}
+    assert cov["proximity"]["covered"] == 0.0 and cov["proximity"]["stated"] == 0
+    stated = [{(1, 0, "near")}]
+    assert annotation_coverage(stated, truth, FAMILY, {"near": None}, ["near"])["proximity"]["covered"] == 1.0
+
+
 def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="'touching' is not among"):
         score_against_truth([ImageCells(PAIRS, SCORES, 3, frozenset({(0, 1, "touching")}))], CONCEPTS, FAMILY)
