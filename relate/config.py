@@ -8,15 +8,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["StrictConfig", "load_config", "apply_overrides", "parse_job_args", "ConfigError", "dump_config"]
+__all__ = ["StrictConfig", "load_config", "apply_overrides", "parse_job_args", "ConfigError", "dump_config", "read_yaml"]
 
 C = TypeVar("C", bound=BaseModel)
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as configs read it: only true/false are booleans (YAML 1.2). YAML 1.1 also reads on/off
+    and yes/no as booleans, which turned ``occlusion_cue: off`` into False and failed a string field."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in rs if tag != "tag:yaml.org,2002:bool"]
+    for ch, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+for _ch in "tTfF":
+    _Loader.yaml_implicit_resolvers.setdefault(_ch, []).insert(
+        0, ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")))
+
+
+def read_yaml(text: str) -> Any:
+    """Parse config YAML (booleans are true/false only)."""
+    return yaml.load(text, Loader=_Loader)
 
 
 class ConfigError(ValueError):
@@ -72,7 +91,7 @@ def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.sub=value")
         key, raw = item.split("=", 1)
-        _set_dotted(out, key.strip(), yaml.safe_load(raw))
+        _set_dotted(out, key.strip(), read_yaml(raw))
     return out
 
 
@@ -83,7 +102,7 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: Sequenc
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
-        loaded = yaml.safe_load(p.read_text())
+        loaded = read_yaml(p.read_text())
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
         tree = loaded or {}

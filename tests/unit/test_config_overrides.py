@@ -38,3 +38,16 @@ def test_a_shipped_evaluation_config_takes_benchmark_overrides():
                       ["benchmarks.psg_open.vocabulary=benchmark", "benchmarks.haystack.min_support=3"])
     spec = {b.name: b for b in cfg.benchmarks}
     assert spec["psg_open"].vocabulary == "benchmark" and spec["haystack"].min_support == 3
+
+
+def test_on_off_yes_no_stay_strings_and_true_false_are_booleans(tmp_path):
+    """YAML 1.1 reads off/on/yes/no as booleans; configs read them as the strings typed
+    (``occlusion_cue: off`` failed the field's validation before)."""
+    from relate.config import load_config
+    from relate.model.config import RelationModelConfig
+
+    cfg = load_config(RelationModelConfig, None, ["occlusion_cue=off", "deformable.enabled=false"])
+    assert cfg.occlusion_cue == "off" and cfg.deformable.enabled is False
+    (tmp_path / "m.yaml").write_text("occlusion_cue: off\ndeformable:\n  enabled: True\n")
+    cfg = load_config(RelationModelConfig, tmp_path / "m.yaml")
+    assert cfg.occlusion_cue == "off" and cfg.deformable.enabled is True
