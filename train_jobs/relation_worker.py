@@ -199,13 +199,12 @@ def _rung_side(base: int, rung: float, patch: int) -> int:
 
 def train_loop_per_worker(config: dict) -> None:
     import ray.train
+    import ray.train.torch
 
     from train_jobs.train_relation import TrainRelationConfig
 
     cfg = TrainRelationConfig.model_validate(config["cfg"])
     quiet_reports(cfg.run.log_reports)
-    import ray.train.torch
-
     ctx = ray.train.get_context()
     runner = TrainRunner(cfg, config["space"], config["total_steps"], ray.train.torch.get_device(),
                          lambda m: ray.train.torch.prepare_model(m, parallel_strategy_kwargs={"find_unused_parameters": True}),

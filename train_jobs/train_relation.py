@@ -211,8 +211,9 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     fs = ckpt.filesystem if remote else None
     out = TrainRelationResult(None if ckpt is None else (uri_for(cfg.run.storage_path, ckpt.path) if remote
                                                           else ckpt.path), state.name, dict(result.metrics or {}))
+    kept = getattr(result, "best_checkpoints", None) or []  # (Checkpoint, metrics) of each kept checkpoint
     out.checkpoints = sorted(((uri_for(cfg.run.storage_path, c.path) if remote else c.path, dict(m or {}))
-                              for c, m in (result.best_checkpoints or [])), key=lambda cm: cm[1].get("step", 0))
+                              for c, m in kept), key=lambda cm: cm[1].get("step", 0))
     if cfg.run.calibrate and ckpt is not None:
         from train_jobs.calibrate import calibrate_checkpoint
 
