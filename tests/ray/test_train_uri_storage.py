@@ -102,7 +102,12 @@ def test_training_on_s3_storage_resumes_calibrates_and_loads_offline_by_uri(ray_
     key = f"{BUCKET}/runs/s3run/{res.checkpoint[len(prefix) - len('checkpoint_'):].split('?')[0]}"
     assert os.listdir(tmp_path) == ["cache"]  # nothing of the run was written locally
     log = s3.read(f"{BUCKET}/runs/s3run/progress.log").decode().splitlines()
-    assert [line.split()[1] for line in log][-2:] == ["3/4", "4/4"] and "1/4" in log[0]  # kept across the restart
+    steps = [line.split()[1] for line in log if line.startswith("step ")]
+    assert steps[-2:] == ["3/4", "4/4"] and "1/4" in log[0]  # kept across the restart
+    from pyarrow import fs as pafs
+
+    events = s3.filesystem().get_file_info(pafs.FileSelector(f"{BUCKET}/runs/s3run/tensorboard"))
+    assert any("tfevents" in e.base_name and e.size > 0 for e in events)  # copied up from the local writer
     assert progress_file(storage, "s3run") == f"s3://{BUCKET}/runs/s3run/progress.log?" + storage.split("?")[1]
 
     # the Platt map was fitted on val and written into the bucket's checkpoint; the digests still hold
