@@ -89,6 +89,7 @@ def _run_overrides(cfg: LearningCurveConfig, source: CurveSource, seed: int) -> 
     keep = cfg.steps // cfg.eval_every + 2
     return [*cfg.overrides, f"data.corpus_root={source.corpus_root}", f"run.seed={seed}",
             f"optim.max_steps={cfg.steps}", f"run.checkpoint_every={cfg.eval_every}", f"run.keep_checkpoints={keep}",
+            f"data.truth_root={cfg.truth_root}",  # validation lines against the truth too, whatever the source
             "run.evaluate_test=false", "run.calibrate=false", f"run.storage_path={Path(cfg.out_dir) / 'train'}",
             f"run.name={source.name}-seed{seed}", "run.unique_name=true"]
 
