@@ -226,7 +226,7 @@ def plot_curves(rows: Sequence[dict], sources: Sequence[str], x: str, path: Path
             ax.plot(xs, [m for m, _, _ in stats], marker="o", label=src)
             if all(not math.isnan(lo) for _, lo, _ in stats):
                 ax.fill_between(xs, [lo for _, lo, _ in stats], [hi for _, _, hi in stats], alpha=0.2)
-        ax.set_title(key.replace("truth/family/", "AP ").replace("truth/", ""), fontsize=10)
+        ax.set_title(key.replace("truth/family/", "AP ").removesuffix("_ap").replace("truth/", ""), fontsize=10)
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("optimiser step" if x == "step" else "wall seconds")
         ax.grid(alpha=0.3)
