@@ -7,7 +7,8 @@ count: the share of each image's true relations ranked among its |truth| best ce
 * ``shuffled_boxes_recall``: boxes handed over in a fresh random order every step; the box
   families' figure (spatial, contact, containment, proximity) is ``shuffled_boxes_box_recall``;
 * ``blank_pixels_recall``: blank images; the pixel families' figure (depth, appearance) is
-  ``blank_pixels_pixel_recall``.
+  ``blank_pixels_pixel_recall``, and their direction accuracy (true concept above its inverse,
+  chance 0.5) ``blank_pixels_depth_direction`` / ``blank_pixels_appearance_direction``.
 
 Then a short run on more scenes, scored on scenes it never saw, against the world's rules:
 ``short_ap_<family>`` and ``short_top10_precision`` (relate.metrics.truth). ``--quick`` runs fewer
@@ -31,6 +32,8 @@ def measure(quick: bool) -> dict[str, float]:
         for f, v in res.family_count_recall.items():
             if v == v:
                 figures[f"{key}_{f}_recall"] = round(v, 4)
+        for f, v in res.family_direction.items():
+            figures[f"{key}_{f}_direction"] = round(v, 4)
         if control == "shuffled_boxes":
             figures["shuffled_boxes_box_recall"] = round(pooled_recall(res, BOX_FAMILIES), 4)
         if control == "blank_pixels":

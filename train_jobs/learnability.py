@@ -14,7 +14,8 @@ how much of each image's truth ranks among its ``|truth|`` best cells (``recall 
 * ``blank_pixels``: the images are blank, in training and when scored. Each scene comes with its
   twin (``make_scene(..., twin=True)``: the same boxes, the drawing order and brightness order
   reversed), so the pixel families (depth, appearance) carry contradictory labels for identical
-  inputs and cannot exceed about half.
+  inputs: their direction accuracy (the true concept above its inverse on the same pair) cannot
+  beat chance, 0.5, while recall within count can still be filled by scoring both directions.
 
     python -m train_jobs.learnability --set control=blank_pixels
     python -m benchmarks.learnability --quick      # all three arms, and a short run's AP vs the rules
@@ -75,6 +76,7 @@ class LearnabilityResult:
     family_ap: dict[str, float]
     top10_precision: float
     positives: dict[str, int]
+    family_direction: dict[str, float]
     steps: int
     seconds: float
     images: int
@@ -182,7 +184,7 @@ def main(cfg: LearnabilityConfig) -> LearnabilityResult:
         if cfg.eval_scenes and cfg.eval_every:
             curve.append(_curve_point(cfg.steps, seconds, rep))
     return LearnabilityResult(cfg.control, rep.count_recall, rep.family_count_recall, rep.family_ap,
-                              rep.topk_precision, rep.positives, cfg.steps, seconds, len(eval_table), losses, curve)
+                              rep.topk_precision, rep.positives, rep.family_direction, cfg.steps, seconds, len(eval_table), losses, curve)
 
 
 def _score(runner, train_cfg, space, table, cfg: LearnabilityConfig, ema: bool):

@@ -102,7 +102,8 @@ def truth_report(predictor, scores, strings, truth, mode: str, k: int = 10):
             if cols.any():
                 per[:, j] = logit[:, cols].max(axis=1)
         cells.append(ImageCells(sc.pairs[inside], per, n_world, t))
-    return score_against_truth(cells, concepts, {c: CONCEPTS[c].family for c in concepts}, k=k)
+    return score_against_truth(cells, concepts, {c: CONCEPTS[c].family for c in concepts}, k=k,
+                               inverse_of={c: CONCEPTS[c].inverse for c in concepts})
 
 
 def _truth_figures(predictor, table, scores, strings, cfg: DataConfig, tag: str) -> dict[str, float]:

@@ -14,7 +14,11 @@ what is true above what is not? Two figures answer it:
   averaged over the images with any truth;
 * **recall within count**: the share of true relations that rank among their image's ``|truth|``
   best cells, pooled over relations, overall and per family. 1.0 means every image's truth is
-  exactly its top of the list: what a model that has memorised its images reaches.
+  exactly its top of the list: what a model that has memorised its images reaches;
+* **direction accuracy** per family, given ``inverse_of``: for each true relation whose concept has
+  an inverse, does it outscore the inverse on the same ordered pair (ties count as wrong)? Chance
+  is 0.5 and a model blind to what decides the direction cannot beat it, however it spreads its
+  scores (recall within count can be gamed by scoring both directions high).
 
 A cell the model never scored (its pair dropped by the pair sampler) ranks below every scored
 cell; the share of true ordered pairs the sampler kept is reported as ``pair_coverage``.
@@ -57,12 +61,14 @@ class TruthReport:
     images: int = 0
     count_recall: float = float("nan")
     family_count_recall: dict[str, float] = field(default_factory=dict)
+    family_direction: dict[str, float] = field(default_factory=dict)
 
     def flat(self, prefix: str = "truth/") -> dict[str, float]:
         """Figures as one flat dict (what reports and TensorBoard take)."""
         out = {f"{prefix}family/{f}_ap": v for f, v in self.family_ap.items()}
         out.update({f"{prefix}concept/{c}_ap": v for c, v in self.concept_ap.items()})
         out.update({f"{prefix}family/{f}_count_recall": v for f, v in self.family_count_recall.items()})
+        out.update({f"{prefix}family/{f}_direction": v for f, v in self.family_direction.items()})
         out.update({f"{prefix}top{self.k}_precision": self.topk_precision, f"{prefix}pair_coverage": self.pair_coverage,
                     f"{prefix}count_recall": self.count_recall, f"{prefix}images": float(self.images)})
         return out
@@ -122,9 +128,14 @@ def _topk(scores: np.ndarray, labels: np.ndarray, k: int) -> float | None:
 
 
 def score_against_truth(images: Iterable[ImageCells], concepts: Sequence[str], family_of: Mapping[str, str],
-                        k: int = 10) -> TruthReport:
-    """AP per family and per concept over every (ordered pair, concept) cell, and top-``k`` precision."""
+                        k: int = 10, inverse_of: Mapping[str, str | None] | None = None) -> TruthReport:
+    """AP per family and per concept over every (ordered pair, concept) cell, top-``k`` precision,
+    recall within count and (with ``inverse_of``) direction accuracy."""
     concepts = list(concepts)
+    col = {c: j for j, c in enumerate(concepts)}
+    inv = {j: col[inverse_of[c]] for c, j in col.items()
+           if inverse_of and inverse_of.get(c) in col and inverse_of[c] != c}
+    direction: dict[str, list[int]] = {}
     missing = [c for c in concepts if c not in family_of]
     if missing:
         raise ValueError(f"concepts without a family: {missing}")
@@ -133,6 +144,12 @@ def score_against_truth(images: Iterable[ImageCells], concepts: Sequence[str], f
     for cells in images:
         s, lab, scored = _dense(cells, concepts)
         n_img += 1
+        for j, ji in inv.items():  # true cells of a concept with an inverse: above the inverse, same pair?
+            hit = lab[:, j]
+            if hit.any():
+                row = direction.setdefault(family_of[concepts[j]], [0, 0])
+                row[0] += int(hit.sum())
+                row[1] += int((s[hit, j] > s[hit, ji]).sum())
         all_s.append(s)
         all_l.append(lab)
         all_in.append(_top_cells(s, lab, int(lab.sum())) & lab)  # true and within its image's count
@@ -156,7 +173,8 @@ def score_against_truth(images: Iterable[ImageCells], concepts: Sequence[str], f
         family_count[fam] = float(W[:, cols].sum() / positives[fam]) if positives[fam] else float("nan")
     return TruthReport(family_ap, concept_ap, float(np.mean(tops)) if tops else float("nan"), k,
                        kept_pairs / true_pairs if true_pairs else float("nan"), positives, n_img,
-                       float(W.sum() / L.sum()) if L.any() else float("nan"), family_count)
+                       float(W.sum() / L.sum()) if L.any() else float("nan"), family_count,
+                       {f: right / n for f, (n, right) in direction.items()})
 
 
 def annotation_coverage(stated: Iterable[Iterable[tuple[int, int, str]]], truth: Iterable[Iterable[tuple[int, int, str]]],

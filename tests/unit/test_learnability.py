@@ -31,20 +31,23 @@ def test_the_recipe_memorises_every_family(memorised):
     for fam, v in memorised.family_count_recall.items():
         if v == v:  # a family absent from the scenes is NaN
             assert v >= 0.85, (fam, memorised.family_count_recall)
+    for fam in ("spatial", *PIXEL_FAMILIES):  # each true direction above its inverse
+        assert memorised.family_direction[fam] >= 0.9, memorised.family_direction
     assert memorised.losses[-1] < 0.5 * memorised.losses[0]
 
 
 def test_shuffled_boxes_do_not_teach_the_box_families(memorised):
     res = main(LearnabilityConfig(steps=STEPS, control="shuffled_boxes"))
     box = pooled_recall(res, BOX_FAMILIES)
-    assert box <= 0.5, res.family_count_recall
+    assert box <= 0.55, res.family_count_recall
     assert pooled_recall(memorised, BOX_FAMILIES) - box >= 0.4
+    assert res.family_direction["spatial"] <= 0.65, res.family_direction  # left or right: a guess
 
 
 def test_blank_pixels_do_not_teach_the_pixel_families(memorised):
     res = main(LearnabilityConfig(steps=STEPS, control="blank_pixels"))
-    pix = pooled_recall(res, PIXEL_FAMILIES)
-    assert pix <= 0.7, res.family_count_recall
-    assert pooled_recall(memorised, PIXEL_FAMILIES) - pix >= 0.25
+    for fam in PIXEL_FAMILIES:  # which of the twins is in front / brighter: a guess
+        assert res.family_direction[fam] <= 0.65, res.family_direction
     # the box families are still learned from the boxes alone
     assert pooled_recall(res, BOX_FAMILIES) >= 0.85, res.family_count_recall
+    assert res.family_direction["spatial"] >= 0.9, res.family_direction

@@ -66,6 +66,16 @@ def test_recall_within_count_by_hand():
     assert rep.family_count_recall == pytest.approx({"spatial": 3 / 4, "proximity": 1 / 2})
 
 
+def test_direction_accuracy_by_hand():
+    inverse = {"left_of": "right_of", "right_of": "left_of", "near": None}
+    rep = score_against_truth([ImageCells(PAIRS, SCORES, 3, TRUTH)], CONCEPTS, FAMILY, inverse_of=inverse)
+    # true left_of on (0,1): 3.0 > -5 yes; (1,2): 2.5 > -5 yes; (2,1): unscored, -inf vs -inf: a tie, wrong;
+    # true right_of on (1,0): 2.2 > 1.0 yes -> 3 of 4; near has no inverse
+    assert rep.family_direction == {"spatial": pytest.approx(3 / 4)}
+    tied = ImageCells(np.array([[0, 1]]), np.array([[1.0, 1.0, 0.0]]), 2, frozenset({(0, 1, "left_of")}))
+    assert score_against_truth([tied], CONCEPTS, FAMILY, inverse_of=inverse).family_direction == {"spatial": 0.0}
+
+
 def test_ties_count_against_the_model():
     cells = ImageCells(np.array([[0, 1], [1, 0]]), np.zeros((2, 3)), 2, frozenset({(0, 1, "near")}))
     assert score_against_truth([cells], CONCEPTS, FAMILY, k=1).topk_precision == 0.0
