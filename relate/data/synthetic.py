@@ -48,8 +48,9 @@ FREE_CATEGORIES = ("ball", "cup", "book", "lamp", "plant", "bag", "chair", "dog"
 SMALL_CATEGORIES = ("cup", "book", "ball", "lamp", "plant")
 CATEGORIES = ("person", "head", "hand", "hat", "table", "box") + FREE_CATEGORIES
 _LUMINANCE: dict[str, float] = {c: 0.299 * r + 0.587 * g + 0.114 * b for c, (r, g, b) in PALETTE.items()}
-_BY_LUMINANCE = sorted(PALETTE, key=_LUMINANCE.__getitem__)
-_MIRROR: dict[str, str] = dict(zip(_BY_LUMINANCE, reversed(_BY_LUMINANCE)))  # twin colours (make_scene)
+# the twin's colours (make_scene): complements, luminance 255 - L, so brightness gaps keep their size
+_MIRROR: dict[str, str] = {c: f"inverse_{c}" for c in PALETTE}
+_TRUTH_LUMINANCE: dict[str, float] = {**_LUMINANCE, **{_MIRROR[c]: 255.0 - v for c, v in _LUMINANCE.items()}}
 _RESTYLED = ("spatial", "proximity", "depth", "appearance")  # families the world derives, not builds
 
 
@@ -342,7 +343,7 @@ class _Builder:
 
 def _restyle(objs: list[_Obj]) -> None:
     """The twin's styling: each group's drawing depth mirrored (a group's parts keep their offsets
-    to its root) and every palette colour swapped for its luminance mirror (darkest <-> brightest)."""
+    to its root) and every palette colour swapped for its complement (luminance 255 - L)."""
     z0 = [o.z for o in objs]
     for o in objs:
         root = o.parent if o.parent is not None else o.base
@@ -355,7 +356,7 @@ def make_scene(index: int, cfg: SyntheticConfig, twin: bool = False) -> Scene:
     """Build scene ``index`` of the world ``cfg`` (deterministic in ``(cfg.seed, index)``).
 
     ``twin``: the same layout, boxes and shapes with the drawing order of its groups reversed and
-    each colour swapped for its luminance mirror, so its depth and brightness truth are flipped
+    each colour swapped for its complement, so its depth and brightness truth are flipped
     while nothing a box-only model sees changes (the pixel control of the learnability check,
     ``train_jobs.learnability``). A twin states its full truth (``coverage: full``) and its id ends
     in ``-twin``.
@@ -401,7 +402,7 @@ def make_scene(index: int, cfg: SyntheticConfig, twin: bool = False) -> Scene:
         forms = CONCEPTS[concept].forms
         relations.append(dict(subject=s, object=o, predicate=forms[int(rng.integers(len(forms)))], concept=concept))
     truth = true_relations(b.rules, b.whole, np.stack([o.box for o in b.objs]), [o.z for o in b.objs],
-                           [o.colour for o in b.objs], _LUMINANCE, ((s, o, c) for s, o, c in b.rels if s != o))
+                           [o.colour for o in b.objs], _TRUTH_LUMINANCE, ((s, o, c) for s, o, c in b.rels if s != o))
     source = draw_source(cfg.sources, cfg.seed, index) if cfg.sources is not None else None
     if source is not None or cfg.multi_label > 0:
         relations = state_relations(relations, truth, cfg.multi_label, source,

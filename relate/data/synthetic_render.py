@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 if TYPE_CHECKING:
     from relate.data.synthetic import _Obj
 
-__all__ = ["PALETTE", "SKIN", "shape_mask", "render"]
+__all__ = ["PALETTE", "SKIN", "INVERTED", "shape_mask", "render"]
 
 PALETTE: dict[str, tuple[int, int, int]] = {
     "red": (214, 40, 40), "green": (46, 160, 67), "blue": (40, 90, 220), "yellow": (240, 210, 50),
@@ -23,10 +23,14 @@ PALETTE: dict[str, tuple[int, int, int]] = {
     "grey": (128, 128, 128), "brown": (120, 75, 35), "pink": (240, 140, 190), "cyan": (60, 200, 210),
 }
 SKIN = (224, 172, 135)
+# A twin scene's colours (relate.data.synthetic.make_scene(twin=True)): each palette colour's
+# complement, whose luminance is exactly 255 minus the original's, so every brightness gap is kept
+# and its direction reversed. Never drawn in an ordinary scene.
+INVERTED: dict[str, tuple[int, int, int]] = {f"inverse_{k}": (255 - r, 255 - g, 255 - b) for k, (r, g, b) in PALETTE.items()}
 
 
 def _rgb(rng: np.random.Generator, colour: str) -> tuple[int, int, int]:
-    base = np.array(SKIN if colour == "skin" else PALETTE[colour], dtype=np.int64)
+    base = np.array(SKIN if colour == "skin" else PALETTE.get(colour) or INVERTED[colour], dtype=np.int64)
     return tuple(int(v) for v in np.clip(base + rng.integers(-12, 13, size=3), 0, 255))
 
 

@@ -145,3 +145,27 @@ def test_full_coverage_states_the_whole_truth_over_the_same_images():
             sorted((r["subject"], r["object"], r["concept"]) for r in a.true_relations)
     with pytest.raises(ValueError, match="coverage 'full'"):
         SyntheticConfig(coverage="full", multi_label=0.3)
+
+
+def test_a_twin_reverses_brightness_and_depth_and_keeps_everything_else():
+    """The learnability check's pixel control rests on this: same boxes, brightness relations all
+    reversed (complement colours keep each gap), depth reversed between groups (a person's held cup
+    stays in front of its person), every other relation unchanged."""
+    world = SyntheticConfig(seed=0, coverage="full")
+    flipped = depth = 0
+    for i in range(40):
+        a, b = make_scene(i, world), make_scene(i, world, twin=True)
+        assert a.boxes == b.boxes and b.image_id == a.image_id + "-twin" and not np.array_equal(a.image, b.image)
+        ta = {(r["subject"], r["object"], r["concept"]) for r in a.true_relations}
+        tb = {(r["subject"], r["object"], r["concept"]) for r in b.true_relations}
+        pixel = ("in_front_of", "behind", "brighter_than", "darker_than")
+        assert {t for t in ta if t[2] not in pixel} == {t for t in tb if t[2] not in pixel}
+        for s, o, c in ta:
+            if c == "brighter_than":
+                assert (o, s, c) in tb and (s, o, c) not in tb
+            if c == "in_front_of":
+                depth += 1
+                flipped += (o, s, c) in tb and (s, o, c) not in tb
+    assert depth > 30 and flipped >= 0.85 * depth  # 35 of 39: the rest lie within one group
+    with pytest.raises(ValueError, match="coverage 'full'"):
+        make_scene(0, SyntheticConfig(seed=0), twin=True)
