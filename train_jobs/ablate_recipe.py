@@ -49,6 +49,15 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
+def format_cell(c: dict | None, delta: str) -> str:
+    """A table cell: mean [95% interval] (no interval from one value) and the paired difference
+    ``c[delta]`` in parentheses when there is one; "-" for no value."""
+    if c is None:
+        return "-"
+    txt = f"{c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]" if not math.isnan(c["lo"]) else f"{c['mean']:.3f}"
+    return txt + (f" ({c[delta]:+.3f})" if delta in c else "")
+
+
 def tabulate(runs: dict[str, dict[int, dict[str, float]]], keys: Sequence[str]) -> tuple[dict, str]:
     """``runs[arm][seed]`` = test figures -> per-arm summary and a Markdown table (arms x keys)."""
     summary: dict[str, dict[str, dict[str, float]]] = {}
@@ -69,14 +78,7 @@ def tabulate(runs: dict[str, dict[int, dict[str, float]]], keys: Sequence[str]) 
     for arm in runs:
         cells = []
         for k in keys:
-            c = summary[arm].get(k)
-            if c is None:
-                cells.append("-")
-                continue
-            txt = f"{c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]" if not math.isnan(c["lo"]) else f"{c['mean']:.3f}"
-            if "diff" in c:
-                txt += f" ({c['diff']:+.3f})"
-            cells.append(txt)
+            cells.append(format_cell(summary[arm].get(k), "diff"))
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return summary, "\n".join(lines) + "\n"
 

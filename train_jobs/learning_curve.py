@@ -156,7 +156,7 @@ def _figure_keys(rows: Sequence[dict]) -> list[str]:
 def summarise(rows: Sequence[dict], sources: Sequence[str]) -> tuple[dict, str]:
     """Final-step mean [95% interval] per source and figure, and each source's paired gap (same
     seed) to the first source; a Markdown table of it."""
-    from train_jobs.ablate_recipe import mean_interval
+    from train_jobs.ablate_recipe import format_cell, mean_interval
 
     keys = _figure_keys(rows)
     last = {}
@@ -184,16 +184,7 @@ def summarise(rows: Sequence[dict], sources: Sequence[str]) -> tuple[dict, str]:
     lines = ["| source | step | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(keys)]
     for src in sources:
         steps = {r["step"] for (s, _), r in last.items() if s == src}
-        cells = []
-        for key in keys:
-            c = summary[src].get(key)
-            if c is None:
-                cells.append("-")
-                continue
-            txt = f"{c['mean']:.3f}" + (f" [{c['lo']:.3f}, {c['hi']:.3f}]" if not math.isnan(c["lo"]) else "")
-            if "gap" in c:
-                txt += f" ({c['gap']:+.3f})"
-            cells.append(txt)
+        cells = [format_cell(summary[src].get(key), "gap") for key in keys]
         lines.append(f"| {src} | {','.join(map(str, sorted(steps)))} | " + " | ".join(cells) + " |")
     return summary, "\n".join(lines) + "\n"
 
