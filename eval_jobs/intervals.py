@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import Field
 
 from relate.config import StrictConfig
-from relate.metrics.bootstrap import resample_weights
+from relate.metrics.bootstrap import bootstrap_p_value, resample_weights
 from relate.metrics.resample import (CeilingKit, LabelledKit, RecallKit, ap_draws, auc_draws, ceiling_draws,
                                      percentile_interval, prevalence_draws, recall_draws)
 
@@ -114,12 +114,8 @@ def _iv(point: float | None, draws: np.ndarray, confidence: float) -> dict:
 
 def _diff(point: float, draws: np.ndarray, confidence: float) -> dict:
     lo, hi = percentile_interval(draws, confidence)
-    d = draws[np.isfinite(draws)]
-    if point == 0 or d.size == 0 or not np.isfinite(point):
-        p = 1.0
-    else:
-        p = min(1.0, 2.0 * float(np.mean(d <= 0) if point > 0 else np.mean(d >= 0)))
-    return {"estimate": point, "low": lo, "high": hi, "p_value": p,
+    p, bound = bootstrap_p_value(point, draws)
+    return {"estimate": point, "low": lo, "high": hi, "p_value": p, "p_bound": bound,
             "significant": bool(np.isfinite(lo) and (lo > 0 or hi < 0))}
 
 

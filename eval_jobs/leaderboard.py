@@ -7,15 +7,20 @@ runs of ``eval_jobs.ovsgg``) and writes into ``--out``:
 
 * ``leaderboard.md``: per benchmark cell, one row per (system, run) with R@K and mR@K and their
   percentile intervals over images; then the pairwise differences between the entries on the same
-  benchmark and setting, paired on their shared image_ids, with interval, p and significance
-  (the interval excludes 0);
+  benchmark and setting, paired on their shared image_ids, with interval, raw p, the
+  Benjamini-Hochberg adjusted p over every test of the table, and significance at
+  alpha = 1 - confidence after that correction;
 * ``leaderboard.csv`` (the entries) and ``leaderboard_pairs.csv`` (the differences);
 * where runs carry the bootstrap of eval_jobs.ovsgg (``bootstrap`` in results.json and its
   ``bootstrap_draws.parquet``): the OVS and each chance-corrected axis per (system, run) with
   their intervals, and their paired differences between every two entries whose draws are the same
   draws (same images per benchmark, seed and resamples; otherwise the pair is listed as not
   comparable draw for draw, with the reason), in ``leaderboard_composite.csv`` and
-  ``leaderboard_composite_pairs.csv``.
+  ``leaderboard_composite_pairs.csv``; that table is its own family for the correction.
+
+A leaderboard makes many comparisons at once, so some raw p below alpha are expected by chance
+alone; the correction keeps the expected share of false "significant" marks at alpha. A p with
+``<`` is a bound: no resample crossed zero (``relate.metrics.bootstrap.bootstrap_p_value``).
 
 Intervals say how much R@K would move on another draw of images of the same kind: two systems
 whose intervals overlap may still differ reliably, which is what the paired section tests.
@@ -38,7 +43,8 @@ from pydantic import Field
 from eval_jobs.report import format_pct
 from relate.config import StrictConfig, dump_config
 from relate.storage import Location, LocationValue
-from relate.metrics.bootstrap import CellRows, align_cells, bootstrap_cell, cell_rows, paired_bootstrap
+from relate.metrics.bootstrap import (CellRows, adjust_p_bh, align_cells, bootstrap_cell, bootstrap_p_value, cell_rows,
+                                      format_p, paired_bootstrap)
 from relate.metrics.resample import percentile_interval
 
 __all__ = ["LeaderboardConfig", "LeaderboardResult", "main"]
@@ -52,7 +58,8 @@ class LeaderboardConfig(StrictConfig):
     k: int = Field(50, gt=0, description="the K of R@K and mR@K (must be one of the runs' per-image Ks)")
     resamples: int = Field(1000, ge=1, description="bootstrap resamples of the images per cell and per pair")
     seed: int = Field(0, description="seed of the image resampling (the same draws for every cell of equal size)")
-    confidence: float = Field(0.95, gt=0.0, lt=1.0, description="coverage of the percentile intervals")
+    confidence: float = Field(0.95, gt=0.0, lt=1.0, description="coverage of the percentile intervals; "
+                              "1 - confidence is the false discovery rate of the significance marks")
 
 
 @dataclass
@@ -123,7 +130,7 @@ def _composite_pair(a: _Composite, b: _Composite, confidence: float) -> list[dic
     if a.key != b.key:
         why = ("different images" if a.key[0] != b.key[0] else "different seed or resamples")
         return [{**base, "quantity": "*", "comparable": False, "reason": f"not the same draws: {why}", "d": None,
-                 "d_low": None, "d_high": None, "p": None, "significant": None}]
+                 "d_low": None, "d_high": None, "p": None, "p_bound": None, "q": None, "significant": None}]
     out = []
     for q in _QUANTITIES:
         if q == "axis:A5" or q not in a.draws or q not in b.draws or a.points.get(q) is None or b.points.get(q) is None:
@@ -131,11 +138,19 @@ def _composite_pair(a: _Composite, b: _Composite, confidence: float) -> list[dic
         d = a.draws[q] - b.draws[q]
         est = float(a.points[q]) - float(b.points[q])
         lo, hi = percentile_interval(d, confidence)
-        fin = d[np.isfinite(d)]
-        p = 1.0 if est == 0 or fin.size == 0 else min(1.0, 2.0 * float(np.mean(fin <= 0) if est > 0 else np.mean(fin >= 0)))
+        p, bound = bootstrap_p_value(est, d)
         out.append({**base, "quantity": q, "comparable": True, "reason": "", "d": est, "d_low": lo, "d_high": hi,
-                    "p": p, "significant": bool(np.isfinite(lo) and (lo > 0 or hi < 0))})
+                    "p": p, "p_bound": bound, "q": None, "significant": None})
     return out
+
+
+def _mark_significance(rows: list[dict], keys: Sequence[tuple[str, str, str]], alpha: float) -> None:
+    """Fill each (p key, q key, significant key) of ``rows`` in place: one Benjamini-Hochberg
+    family over every p of every row, significant where the adjusted p is below ``alpha``."""
+    cells = [(r, qk, sk, r[pk]) for r in rows for pk, qk, sk in keys if r.get(pk) is not None]
+    q = adjust_p_bh([c[3] for c in cells])
+    for (r, qk, sk, _), qv in zip(cells, q):
+        r[qk], r[sk] = float(qv), bool(qv < alpha)
 
 
 @dataclass
@@ -203,8 +218,11 @@ def _pair(a: _Cell, b: _Cell, cfg: LeaderboardConfig) -> dict:
            "n_images": d.n_images}
     for tag, x in (("R", d.recall), ("mR", d.mean_recall)):
         out |= {f"d{tag}": x.estimate, f"d{tag}_low": x.low, f"d{tag}_high": x.high, f"p_{tag}": x.p_value,
-                f"significant_{tag}": x.significant}
+                f"p_bound_{tag}": x.p_bound, f"q_{tag}": None, f"significant_{tag}": None}
     return out
+
+
+_PAIR_TESTS = (("p_R", "q_R", "significant_R"), ("p_mR", "q_mR", "significant_mR"))
 
 
 def _ci(lo: float, hi: float) -> str:
@@ -226,16 +244,18 @@ def _markdown(entries: list[dict], pairs: list[dict], cfg: LeaderboardConfig) ->
                   f"| {format_pct(e['mR'])} | {_ci(e['mR_low'], e['mR_high'])} |" for e in es]
         lines.append("")
     lines += ["## Pairwise differences", "",
-              "A − B, paired on the images both hold; significant: the interval excludes 0.", ""]
+              "A − B, paired on the images both hold. p: two-sided bootstrap p; q: Benjamini-Hochberg adjusted "
+              f"over every p of this table; significant: q < {1 - cfg.confidence:g}.", ""]
     if not pairs:
         lines += ["No benchmark has two entries to compare.", ""]
         return "\n".join(lines)
-    lines += [f"| benchmark | A | B | images | ΔR@{k} | {pc} CI | p | significant | ΔmR@{k} | {pc} CI | p | significant |",
-              "|---|---|---|---:|---:|---|---:|---|---:|---|---:|---|"]
+    lines += [f"| benchmark | A | B | images | ΔR@{k} | {pc} CI | p | q | significant | ΔmR@{k} | {pc} CI | p | q | "
+              "significant |", "|---|---|---|---:|---:|---|---:|---:|---|---:|---|---:|---:|---|"]
     for p in pairs:
         cols = [p["benchmark"], p["a"], p["b"], str(p["n_images"])]
         for t in ("R", "mR"):
-            cols += [format_pct(p[f"d{t}"]), _ci(p[f"d{t}_low"], p[f"d{t}_high"]), f"{p[f'p_{t}']:.3f}",
+            cols += [format_pct(p[f"d{t}"]), _ci(p[f"d{t}_low"], p[f"d{t}_high"]),
+                     format_p(p[f"p_{t}"], p[f"p_bound_{t}"]), f"{p[f'q_{t}']:.3f}",
                      "yes" if p[f"significant_{t}"] else "no"]
         lines.append("| " + " | ".join(cols) + " |")
     return "\n".join(lines + [""])
@@ -260,16 +280,19 @@ def _composite_markdown(entries: list[dict], pairs: list[dict], cfg: Leaderboard
     for e in entries:
         vals = [f"{format_pct(e[q])} {_ci(e[f'{q}_low'], e[f'{q}_high'])}" if e.get(q) is not None else "—" for q in cols]
         lines.append(f"| {e['system']} | {e['run']} | " + " | ".join(vals) + " |")
-    lines += ["", "### Paired differences (same draws)", ""]
+    lines += ["", "### Paired differences (same draws)", "",
+              "p: two-sided bootstrap p; q: Benjamini-Hochberg adjusted over every p of this table; "
+              f"significant: q < {1 - cfg.confidence:g}.", ""]
     if not pairs:
         return "\n".join(lines + ["No two entries to compare.", ""])
-    lines += [f"| A | B | quantity | A − B | {pc} CI | p | significant |", "|---|---|---|---:|---|---:|---|"]
+    lines += [f"| A | B | quantity | A − B | {pc} CI | p | q | significant |", "|---|---|---|---:|---|---:|---:|---|"]
     for p in pairs:
         if not p["comparable"]:
-            lines.append(f"| {p['a']} | {p['b']} | — | — | {p['reason']} | — | — |")
+            lines.append(f"| {p['a']} | {p['b']} | — | — | {p['reason']} | — | — | — |")
         else:
             lines.append(f"| {p['a']} | {p['b']} | {p['quantity']} | {format_pct(p['d'])} | "
-                         f"{_ci(p['d_low'], p['d_high'])} | {p['p']:.3f} | {'yes' if p['significant'] else 'no'} |")
+                         f"{_ci(p['d_low'], p['d_high'])} | {format_p(p['p'], p['p_bound'])} | {p['q']:.3f} | "
+                         f"{'yes' if p['significant'] else 'no'} |")
     return "\n".join(lines + [""])
 
 
@@ -283,6 +306,7 @@ def main(cfg: LeaderboardConfig) -> LeaderboardResult:
         by_cell[(c.benchmark, *c.setting)].append(c)
     pairs = [_pair(a, b, cfg) for _, cs in sorted(by_cell.items())
              for i, a in enumerate(cs) for b in cs[i + 1:]]
+    _mark_significance(pairs, _PAIR_TESTS, 1 - cfg.confidence)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "config.yaml")
@@ -292,6 +316,7 @@ def main(cfg: LeaderboardConfig) -> LeaderboardResult:
     if comps:
         c_entries = [_composite_entry(c) for c in comps]
         c_pairs = [row for i, a in enumerate(comps) for b in comps[i + 1:] for row in _composite_pair(a, b, cfg.confidence)]
+        _mark_significance(c_pairs, (("p", "q", "significant"),), 1 - cfg.confidence)
         md += "\n" + _composite_markdown(c_entries, c_pairs, cfg)
         _write_csv(c_entries, out / "leaderboard_composite.csv")
         _write_csv(c_pairs, out / "leaderboard_composite_pairs.csv")

@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from relate.metrics.bootstrap import format_p
+
 __all__ = ["format_pct", "table_rows", "write_table", "write_radar"]
 
 _AXIS_TITLE = {"A1": "A1 transfer", "A2": "A2 precision", "A3": "A3 open vocabulary", "A4": "A4 detector",
@@ -124,7 +126,8 @@ def write_table(result: dict, cfg: Any, path: str | Path) -> str:
                   "A − B on the same image draws; significant: the interval excludes 0.\n",
                   _md(["A", "B", "quantity", "A − B", "interval", "p", "significant"],
                       [[d["a"], d["b"], d["quantity"], format_pct(d["estimate"]),
-                        f"[{format_pct(d['low'])}, {format_pct(d['high'])}]", f"{d['p_value']:.3f}",
+                        f"[{format_pct(d['low'])}, {format_pct(d['high'])}]",
+                        format_p(d["p_value"], d.get("p_bound", False)),
                         "yes" if d["significant"] else "no"] for d in diffs]), ""]
     text = "\n".join(parts)
     Path(path).write_text(text)

@@ -20,7 +20,8 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["CellRows", "Interval", "Difference", "CellBootstrap", "PairedBootstrap", "cell_rows",
-           "align_cells", "resample_weights", "bootstrap_cell", "paired_bootstrap"]
+           "align_cells", "resample_weights", "bootstrap_cell", "paired_bootstrap", "bootstrap_p_value",
+           "format_p", "adjust_p_bh"]
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,18 @@ class Interval:
 
 @dataclass(frozen=True)
 class Difference:
-    """a - b with its percentile interval and a two-sided bootstrap p-value (share of resampled
-    differences on the other side of zero, doubled, capped at 1)."""
+    """a - b with its percentile interval and a two-sided bootstrap p-value
+    (:func:`bootstrap_p_value`; ``p_bound``: no resample crossed zero, so p is below ``p_value``)."""
 
     estimate: float
     low: float
     high: float
     p_value: float
+    p_bound: bool = False
+
+    @property
+    def p_text(self) -> str:
+        return format_p(self.p_value, self.p_bound)
 
     @property
     def significant(self) -> bool:
@@ -131,15 +137,47 @@ def _interval(point: float, draws: np.ndarray, confidence: float) -> Interval:
     return Interval(float(point), float(lo), float(hi))
 
 
+def bootstrap_p_value(point: float, draws: np.ndarray) -> tuple[float, bool]:
+    """Two-sided bootstrap p of a difference and whether it is only an upper bound.
+
+    p is twice the share of the finite resampled differences that lie on the other side of zero
+    from the point estimate (zero included), capped at 1. B resamples resolve that share only to
+    1/B: when none crosses, the one-sided share is below 1/B, so the two-sided p is below 2/B, and
+    that bound is returned with ``True``. A p of 0 is never reported; a zero or undefined point
+    estimate gives (1, False)."""
+    d = np.asarray(draws, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    if not np.isfinite(point) or point == 0 or d.size == 0:
+        return 1.0, False
+    crossed = int(np.count_nonzero(d <= 0) if point > 0 else np.count_nonzero(d >= 0))
+    if crossed == 0:
+        return min(1.0, 2.0 / d.size), True
+    return min(1.0, 2.0 * crossed / d.size), False
+
+
+def format_p(p: float, bound: bool) -> str:
+    """``0.034``, or ``< 0.002`` for a bound (the precision follows the bound: ``< 2e-05``)."""
+    return f"< {p:.2g}" if bound else f"{p:.3f}"
+
+
+def adjust_p_bh(p_values: Sequence[float]) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (false discovery rate) of one family of tests, by
+    scipy. A bound from :func:`bootstrap_p_value` enters as its bound, which only makes the
+    adjusted values larger (conservative). NaN entries (no test) stay NaN."""
+    from scipy.stats import false_discovery_control
+
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.isfinite(p)
+    if ok.any():
+        out[ok] = false_discovery_control(p[ok], method="bh")
+    return out
+
+
 def _difference(point: float, draws: np.ndarray, confidence: float) -> Difference:
     iv = _interval(point, draws, confidence)
-    d = draws[np.isfinite(draws)]
-    if point == 0 or d.size == 0:
-        p = 1.0
-    else:
-        share = np.mean(d <= 0) if point > 0 else np.mean(d >= 0)
-        p = min(1.0, 2.0 * float(share))
-    return Difference(iv.estimate, iv.low, iv.high, p)
+    p, bound = bootstrap_p_value(point, draws)
+    return Difference(iv.estimate, iv.low, iv.high, p, bound)
 
 
 def bootstrap_cell(cell: CellRows, resamples: int = 1000, seed: int = 0,

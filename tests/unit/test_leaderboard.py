@@ -8,7 +8,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from eval_jobs.leaderboard import LeaderboardConfig, _parse, main
+from eval_jobs.leaderboard import LeaderboardConfig, _mark_significance, _parse, main
 from relate.schema import PER_IMAGE_SCHEMA, to_table
 
 _SETTING = {"axis": "A1", "protocol": "paper", "mode": "graph_constrained", "matcher": "one_to_one",
@@ -42,9 +42,11 @@ def test_leaderboard_writes_intervals_and_paired_differences(tmp_path):
     assert "## vg150 (A1, graph_constrained, one_to_one, gt)" in md and "## psg (" in md
     assert "| strong | run1 | 8 | 84.4 |" in md  # 27/32 of GT credited
     assert "| weak | run1 | 8 | 34.4 |" in md
-    # strong beats weak on every image: significant, p = 0; strong vs its copy: difference exactly 0
-    assert "| vg150 | strong (run1) | weak (run1) | 8 | 50.0 | [50.0, 50.0] | 0.000 | yes |" in md
-    assert "| vg150 | strong (run1) | same (run2) | 8 | 0.0 | [0.0, 0.0] | 1.000 | no |" in md
+    # strong beats weak on every image: no resample crosses, p below 2/500; strong vs its copy:
+    # difference exactly 0, p = 1. BH over the table's six p (four bounds of 0.004, two 1s):
+    # rank 4 of 6 gives 0.004 * 6 / 4 = 0.006 for all four
+    assert "| vg150 | strong (run1) | weak (run1) | 8 | 50.0 | [50.0, 50.0] | < 0.004 | 0.006 | yes |" in md
+    assert "| vg150 | strong (run1) | same (run2) | 8 | 0.0 | [0.0, 0.0] | 1.000 | 1.000 | no |" in md
     with (tmp_path / "lb" / "leaderboard.csv").open() as f:
         entries = list(csv.DictReader(f))
     assert [(e["benchmark"], e["system"], e["run"]) for e in entries] == [
@@ -85,3 +87,11 @@ def test_missing_k_lists_the_available_ones(tmp_path):
 def test_command_line():
     cfg = _parse(["r1", "r2", "--out", "o", "--k", "20", "--resamples", "50", "--seed", "3"])
     assert (cfg.runs, cfg.out_dir, cfg.k, cfg.resamples, cfg.seed) == (["r1", "r2"], "o", 20, 50, 3)
+
+
+def test_significance_is_marked_after_the_correction():
+    # three raw p below 0.05, one survives Benjamini-Hochberg (q 0.04, 0.0533, 0.0533, 0.2)
+    rows = [{"p_R": 0.01, "p_mR": 0.04}, {"p_R": 0.03, "p_mR": 0.20}, {"p_R": None, "p_mR": None}]
+    _mark_significance(rows, (("p_R", "q_R", "sig_R"), ("p_mR", "q_mR", "sig_mR")), alpha=0.05)
+    assert [(r.get("sig_R"), r.get("sig_mR")) for r in rows] == [(True, False), (False, False), (None, None)]
+    assert rows[0]["q_R"] == pytest.approx(0.04) and rows[1]["q_R"] == pytest.approx(0.04 * 4 / 3)

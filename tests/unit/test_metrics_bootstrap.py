@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from relate.metrics.bootstrap import (_stats, bootstrap_cell, cell_rows, paired_bootstrap,
-                                      resample_weights)
+from relate.metrics.bootstrap import (_stats, adjust_p_bh, bootstrap_cell, bootstrap_p_value, cell_rows, format_p,
+                                      paired_bootstrap, resample_weights)
 from relate.metrics.per_image import aggregate_per_image
 
 
@@ -111,9 +111,29 @@ def test_a_system_better_on_every_image_is_significant():
     better, worse = cell_rows(_rows(base + 0.2), 50), cell_rows(_rows(base), 50)
     d = paired_bootstrap(better, worse, resamples=2000)
     assert d.recall.estimate == pytest.approx(0.2)
-    assert d.recall.p_value == 0.0 and d.recall.significant and d.recall.low > 0
+    # no resample crosses zero: p is never 0, it is the bound 2/B and says so
+    assert (d.recall.p_value, d.recall.p_bound, d.recall.p_text) == (0.001, True, "< 0.001")
+    assert d.recall.significant and d.recall.low > 0
     r = paired_bootstrap(worse, better, resamples=2000).recall
-    assert r.p_value == 0.0 and r.high < 0
+    assert (r.p_value, r.p_bound) == (0.001, True) and r.high < 0
+
+
+def test_bootstrap_p_value_hand_worked():
+    # two of eight draws at or below zero for a positive estimate: twice 2/8
+    assert bootstrap_p_value(0.3, np.array([-0.1, 0.0, 0.2, 0.3, 0.4, 0.5, 0.6, np.nan, 0.7])) == (0.5, False)
+    # a negative estimate counts the draws at or above zero; NaN draws are not resamples
+    assert bootstrap_p_value(-0.2, np.array([-0.3, -0.2, 0.1, np.nan])) == (2 / 3, False)
+    assert bootstrap_p_value(0.2, np.array([0.1, 0.3, 0.2, 0.5])) == (0.5, True)  # none crosses: below 2/4
+    assert bootstrap_p_value(0.0, np.array([0.1, -0.1])) == (1.0, False)
+    assert bootstrap_p_value(0.1, np.array([-1.0, -2.0, 0.5])) == (1.0, False)  # capped at 1
+    assert (format_p(0.5, False), format_p(2e-5, True)) == ("0.500", "< 2e-05")
+
+
+def test_benjamini_hochberg_hand_worked():
+    # sorted 0.01 0.03 0.04 0.20 (m = 4): p * m / rank = 0.04, 0.06, 0.0533, 0.2, then the running
+    # minimum from the top: 0.04, 0.0533, 0.0533, 0.2; the NaN is no test and stays NaN
+    q = adjust_p_bh([0.01, 0.04, np.nan, 0.03, 0.20])
+    assert q[[0, 1, 3, 4]] == pytest.approx([0.04, 0.04 * 4 / 3, 0.04 * 4 / 3, 0.2]) and np.isnan(q[2])
 
 
 def test_pairing_uses_only_shared_images_in_one_order():
