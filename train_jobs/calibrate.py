@@ -20,7 +20,13 @@ map and the report folder are then written back beside it.
 
     python -m train_jobs.calibrate --checkpoint CKPT --on val --corpus-root runs/synthetic
     python -m train_jobs.calibrate --checkpoint s3://bucket/runs/relation/checkpoint_000002 --on val
-    python -m train_jobs.calibrate --checkpoint CKPT --on spatialsense:/data/spatialsense --set benchmark_split=test
+    python -m train_jobs.calibrate --checkpoint CKPT --on spatialsense:/data/spatialsense --set benchmark_split=valid
+
+A fit never uses the split that is then reported unless asked: ``on=test`` and
+``benchmark_split=test`` are refused without ``fit_on_reported_split=true``, because a map fitted
+on the test images makes that split's calibration error look better than it is on new images.
+A benchmark fit names its split (benchmarks differ: SpatialSense has ``valid``, HICO-DET only
+``train`` and ``test``).
 """
 
 from __future__ import annotations
@@ -59,7 +65,10 @@ class CalibrateConfig(StrictConfig):
         "synthetic_lexicon", description="where synonym groups come from (train_jobs.relation_data.concept_key)")
     match: Literal["synonym", "exact"] = Field("synonym", description="split fits: a cell is a hit when its string "
                                                "is in an annotated predicate's synonym group, or only the exact string")
-    benchmark_split: str = Field("test", description="benchmark fits: the split the reader reads")
+    benchmark_split: str | None = Field(None, description="benchmark fits: the split the reader reads (required; "
+                                        "e.g. valid for SpatialSense, train for HICO-DET)")
+    fit_on_reported_split: bool = Field(False, description="allow fitting on a test split (on=test or "
+                                        "benchmark_split=test), the split whose figures are reported")
     reader_options: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="benchmark fits: extra keyword arguments of the reader (relate.data.readers)")
     limit: int | None = Field(None, gt=0, description="score only the first N images (sorted by image_id)")
@@ -81,6 +90,15 @@ class CalibrateConfig(StrictConfig):
         if self.on not in SPLITS and ":" not in self.on:
             raise ValueError(f"on={self.on!r}: expected a corpus split {list(SPLITS)} or READER:PATH of a benchmark "
                              "with adjudicated negatives, e.g. haystack:/data/haystack")
+        if self.on not in SPLITS and self.benchmark_split is None:
+            raise ValueError(f"on={self.on!r}: a benchmark fit needs benchmark_split (a split that is not reported, "
+                             "e.g. valid for SpatialSense, train for HICO-DET)")
+        fit_split = self.on if self.on in SPLITS else self.benchmark_split
+        if fit_split == "test" and not self.fit_on_reported_split:
+            field = "on" if self.on in SPLITS else "benchmark_split"
+            raise ValueError(f"{field}=test: calibrating on the reported split makes its calibration error "
+                             "optimistic; fit on val (corpus) or a benchmark's train/valid split, or set "
+                             "fit_on_reported_split=true to mean it")
         return self
 
     @property

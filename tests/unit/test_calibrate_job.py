@@ -161,11 +161,11 @@ def test_fit_on_adjudicated_negatives_of_a_benchmark(world, tmp_path):
     from relate.schema import CORPUS_SCHEMA, to_table
     from train_jobs.calibrate import CalibrateConfig, main
 
-    test = to_table([dict(r, split="test") for r in read_corpus(world["corpus"], "val").to_pylist()], CORPUS_SCHEMA)
-    cells = synthesize_negatives(test)
-    bench = write_haystack(test, tmp_path / "haystack", cells=cells)
-    res = main(CalibrateConfig(checkpoint=str(world["raw"]), on=f"haystack:{bench}", install=False, folds=3,
-                               out_dir=str(tmp_path / "out")))
+    val = read_corpus(world["corpus"], "val")  # the PSG layout knows train and test: val rows land in train
+    cells = synthesize_negatives(val)
+    bench = write_haystack(val, tmp_path / "haystack", cells=cells)
+    res = main(CalibrateConfig(checkpoint=str(world["raw"]), on=f"haystack:{bench}", benchmark_split="train",
+                               install=False, folds=3, out_dir=str(tmp_path / "out")))
     labels = [c["label"] for r in cells.to_pylist() for c in r["cells"]]
     info = res.report["fitted_on"]
     assert info["kind"] == "benchmark" and info["reader"] == "haystack" and info["images"] == VAL_IMAGES
@@ -179,8 +179,9 @@ def test_fit_on_adjudicated_negatives_of_a_benchmark(world, tmp_path):
     from train_jobs.calibrate import benchmark_cells
 
     pred = load_model(world["raw"])
-    z, y, _ = benchmark_cells(pred, CalibrateConfig(checkpoint=str(world["raw"]), on=f"haystack:{bench}", limit=1))
-    native = read_benchmark("haystack", str(bench), split="test")  # as the job reads it (JPEG pixels)
+    z, y, _ = benchmark_cells(pred, CalibrateConfig(checkpoint=str(world["raw"]), on=f"haystack:{bench}",
+                                                    benchmark_split="train", limit=1))
+    native = read_benchmark("haystack", str(bench), split="train")  # as the job reads it (JPEG pixels)
     first = native.corpus.to_pylist()[0]
     first_cells = {r["image_id"]: r["cells"] for r in native.cells.to_pylist()}[first["image_id"]]
     vocab = sorted({c["predicate"] for c in first_cells})
@@ -216,6 +217,15 @@ def test_config_and_checkpoint_errors(tmp_path):
     with pytest.raises(ValueError, match="READER:PATH"):
         CalibrateConfig(checkpoint=str(tmp_path), on="validation")
     assert CalibrateConfig(checkpoint="s3://bucket/ckpt", on="val").checkpoint == "s3://bucket/ckpt"  # fitted on a copy
+    # the reported split is refused by default, for corpus and benchmark fits alike; a benchmark names its split
+    with pytest.raises(ValueError, match="on=test: calibrating on the reported split"):
+        CalibrateConfig(checkpoint=str(tmp_path), on="test")
+    with pytest.raises(ValueError, match="benchmark_split=test: calibrating on the reported split"):
+        CalibrateConfig(checkpoint=str(tmp_path), on="spatialsense:/d", benchmark_split="test")
+    with pytest.raises(ValueError, match="needs benchmark_split"):
+        CalibrateConfig(checkpoint=str(tmp_path), on="spatialsense:/d")
+    assert CalibrateConfig(checkpoint=str(tmp_path), on="test", fit_on_reported_split=True).on == "test"
+    assert CalibrateConfig(checkpoint=str(tmp_path), on="hico_det:/d", benchmark_split="train").benchmark_split == "train"
     with pytest.raises(CheckpointError, match="not a relation checkpoint"):
         write_calibration(tmp_path, Calibration(1.0, 0.0))
 
