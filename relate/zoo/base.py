@@ -4,6 +4,10 @@ A zoo entry says where a model comes from (library and id), which paradigm and a
 family it belongs to (used by the Fig. 4 scatter) and which layer gives its feature. The
 preprocessing (resolution, mean/std, interpolation, crop) is read from the library's own
 pretrained config when the extractor is built, never typed in here.
+
+This module imports no entry: each registrant module (``baselines``, ``clip_models``,
+``generative``, ``timm_models``) imports it and adds its own, and ``relate.zoo.catalog``, which
+imports them all, is where names are looked up.
 """
 
 from __future__ import annotations
@@ -21,8 +25,7 @@ from relate.registry import Registry
 
 __all__ = [
     "EXTRACTORS", "ZooEntry", "ExtractorConfig", "FeatureExtractor", "PreprocessSpec",
-    "MissingCheckpointError", "create_extractor", "register_entry", "zoo_entry",
-    "load_image", "content_hash", "resolve_layer_indices",
+    "MissingCheckpointError", "register_entry", "load_image", "content_hash", "resolve_layer_indices",
 ]
 
 Paradigm = Literal["supervised", "ssl", "clip", "generative", "baseline", "text"]
@@ -134,29 +137,6 @@ EXTRACTORS: Registry[ZooEntry] = Registry("feature extractor")
 def register_entry(entry: ZooEntry) -> ZooEntry:
     """Add ``entry`` to the zoo under its own name (duplicates are refused by the registry)."""
     return EXTRACTORS.register(entry.name)(entry)
-
-
-def zoo_entry(name: str) -> ZooEntry:
-    """Look up an entry; unknown names raise an error listing every valid name."""
-    _ensure_loaded()
-    return EXTRACTORS.get(name)
-
-
-def create_extractor(cfg: ExtractorConfig | str) -> FeatureExtractor:
-    """Build the extractor named by ``cfg`` (a name alone means random weights on CPU)."""
-    if isinstance(cfg, str):
-        cfg = ExtractorConfig(name=cfg, pretrained=False)
-    entry = zoo_entry(cfg.name)
-    if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_file():
-        raise MissingCheckpointError(f"{cfg.name}: checkpoint file not found: {cfg.checkpoint}")
-    extractor = entry.build(entry, cfg)
-    extractor.batch_size = cfg.batch_size
-    return extractor
-
-
-def _ensure_loaded() -> None:
-    # Entries live in sibling modules; importing them registers them exactly once.
-    from relate.zoo import baselines, clip_models, generative, timm_models  # noqa: F401
 
 
 def load_image(path: str | Path):
