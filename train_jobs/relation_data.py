@@ -18,7 +18,7 @@ import torch
 from pydantic import Field, field_validator
 
 from relate.config import StrictConfig
-from relate.storage import Location, under_root
+from relate.storage import Location, LocationValue, under_root
 from relate.losses import PredicateSpace, fit_synonym_weighting
 
 __all__ = ["DataConfig", "build_space", "DecodeStage", "concept_key", "concept_family", "dropped_by_caps"]
@@ -38,7 +38,7 @@ class DataConfig(StrictConfig):
     cooccurrence: str = Field("estimate", description="P(q|p) of Eq. 3: 'estimate' fits it on the training split's "
                               "multiply-annotated pairs (train_jobs.cooccurrence), cached by a checksum of the training "
                               "relations; 'off'; or the path of an .npz written by train_jobs.cooccurrence")
-    truth_root: Location | None = Field(
+    truth_root: LocationValue | None = Field(
         None, description="synthetic world folder (pipelines.synthetic output, with synthetic_config.yaml) whose "
         "rules give every image's full truth: validation and the test report then add per-family AP and top-10 "
         "precision against it (relate.metrics.truth). None: the corpus root when it is such a folder, else no truth "
