@@ -339,9 +339,10 @@ HEAD_GROUP = {"rayStartParams": MAP, "serviceType": str, "enableIngress": bool, 
 WORKER_GROUP = {"groupName": str, "replicas": int, "minReplicas": int, "maxReplicas": int, "rayStartParams": MAP,
                 "idleTimeoutSeconds": int, "numOfHosts": int, "suspend": bool, "resources": MAP, "labels": MAP,
                 "template": POD_TEMPLATE}
+AUTH_OPTIONS = {"mode": {"disabled", "token"}, "secretName": str, "enableK8sTokenAuth": bool}
 RAY_CLUSTER_SPEC = {"rayVersion": str, "enableInTreeAutoscaling": bool, "autoscalerOptions": AUTOSCALER_OPTIONS,
                     "headGroupSpec": HEAD_GROUP, "workerGroupSpecs": [WORKER_GROUP], "suspend": bool,
-                    "headServiceAnnotations": MAP}
+                    "headServiceAnnotations": MAP, "authOptions": AUTH_OPTIONS}
 RAY_JOB_SPEC = {"entrypoint": str, "runtimeEnvYAML": str, "metadata": MAP,
                 "submissionMode": {"K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"},
                 "backoffLimit": int, "shutdownAfterJobFinishes": bool, "ttlSecondsAfterFinished": int,
