@@ -94,6 +94,7 @@ def run(checkpoint: str | None = None, out_dir: str | Path = "runs/demo/serve", 
     print(f"POST {url}/v1/relations  ({len(boxes)} regions, bank {result['bank']!r}, "
           f"{result['vocabulary_size']} predicates)")
     names = [b.get("label") or "object" for b in boxes]
+    result["region_labels"] = names  # what the request's boxes were (the demo names triplets with them)
     for t in result["triplets"]:
         print(f"  {t['subject'] + 1}:{names[t['subject']]:<10} {t['predicate']:<22} {t['object'] + 1}:"
               f"{names[t['object']]:<10} score {t['score']:.3f} (spatial {t['spatial_score']:.3f}, "
