@@ -5,7 +5,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test test-unit bench-quick
+.PHONY: venv demo test test-unit bench-quick docs docs-build
 
 venv:
 	@bash scripts/venv.sh test
@@ -23,3 +23,14 @@ test-unit: venv
 bench-quick: venv
 	@for b in $$(ls benchmarks/*.py | xargs -n1 basename | grep -v '^_' | sed 's/\.py$$//'); do \
 	  $(PY) -m benchmarks.$$b --quick --out runs/bench/$$b.json || exit 1; done
+
+# The documentation site (mkdocs.yml): `make docs` serves it at http://127.0.0.1:8001 and rebuilds on
+# save; `make docs-build` is the strict build CI runs through tests/unit/test_docs.py. The two
+# variables silence the theme's and a plugin's banners about MkDocs 2, which are not build warnings.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+
+docs: venv
+	$(DOCS_ENV) $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
+
+docs-build: venv
+	$(DOCS_ENV) $(PY) -m mkdocs build --strict
