@@ -12,12 +12,14 @@ from typing import Sequence
 
 import numpy as np
 
+from relate.predicate_knowledge import load_synonym_groups
 from relate.text.bank import build_bank
 from relate.text.distill import dehub, pad_token_outputs, pca_anchor_targets
 from relate.text.heldout import GroupSplit, assert_no_heldout_leak, split_inverse_groups
-from relate.text.encoders import HFTextEncoder, _batched, load_text_encoder, mean_pool
+from relate.text.backends import HFTextEncoder, length_sorted_batches, mean_pool
+from relate.text.encoders import load_text_encoder
 from relate.text.report import geometry_report, render_markdown
-from relate.text.resources import load_synonym_groups, synonym_pairs
+from relate.text.resources import synonym_pairs
 from relate.text.vocabulary import build_vocabulary, derived_inverse_pairs, modified_base_pairs
 
 __all__ = ["base_strings", "group_cross_pairs", "prepare_distill_data", "evaluate_text_spaces", "ACCEPTANCE"]
@@ -40,7 +42,7 @@ def _teacher_outputs(teacher: HFTextEncoder, strings: list[str], batch_size: int
     import torch
 
     chunks, order, pooled = [], [], []
-    for idx in _batched(len(strings), [len(s) for s in strings], batch_size):
+    for idx in length_sorted_batches(len(strings), [len(s) for s in strings], batch_size):
         hidden, mask = teacher.token_outputs([strings[i] for i in idx])
         chunks.append((hidden, mask))
         pooled.append(torch.nn.functional.normalize(mean_pool(hidden, mask), dim=-1).numpy())

@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from relate.text.encoders import HFTextEncoder, _batched, _check_strings, load_text_encoder, mean_pool
+from relate.text.backends import HFTextEncoder, check_strings, length_sorted_batches, mean_pool
 
-__all__ = ["TextStudent", "StudentEncoder", "create_text_student", "save_student", "load_student_encoder"]
+__all__ = ["TextStudent", "StudentEncoder", "create_text_student", "save_student", "load_student_encoder",
+           "student_teacher_name"]
 
 _META = "student.json"
 _WEIGHTS = "student.pt"
@@ -90,17 +91,28 @@ def save_student(folder: str | Path, model: TextStudent, teacher: str, extra: di
     return folder
 
 
-class StudentEncoder:
-    """A saved student behind the TextEncoder interface (batched, deterministic, unit rows)."""
+def _read_meta(folder: Path) -> dict:
+    if not (folder / _META).is_file() or not (folder / _WEIGHTS).is_file():
+        raise ValueError(f"{folder} is not a saved text student (needs {_META} and {_WEIGHTS})")
+    return json.loads((folder / _META).read_text())
 
-    def __init__(self, folder: str | Path, name: str | None = None, batch_size: int = 256):
+
+def student_teacher_name(folder: str | Path) -> str:
+    """The registry name of the encoder a saved student reads its tokens from."""
+    return _read_meta(Path(folder))["teacher"]
+
+
+class StudentEncoder:
+    """A saved student behind the TextEncoder interface (batched, deterministic, unit rows).
+
+    ``teacher`` is the loaded encoder named by ``student_teacher_name(folder)``; it is passed in
+    (``relate.text.encoders`` loads it by name) rather than looked up here."""
+
+    def __init__(self, folder: str | Path, teacher: HFTextEncoder, name: str | None = None, batch_size: int = 256):
         folder = Path(folder)
-        if not (folder / _META).is_file() or not (folder / _WEIGHTS).is_file():
-            raise ValueError(f"{folder} is not a saved text student (needs {_META} and {_WEIGHTS})")
-        meta = json.loads((folder / _META).read_text())
+        meta = _read_meta(folder)
         self.name = name or f"student:{folder}"
         self.teacher_name = meta["teacher"]
-        teacher = load_text_encoder(self.teacher_name)
         if not isinstance(teacher, HFTextEncoder):
             raise ValueError(f"student {folder}: teacher {self.teacher_name!r} exposes no token outputs")
         self.teacher, self.batch_size = teacher, batch_size
@@ -111,13 +123,14 @@ class StudentEncoder:
 
     @torch.inference_mode()
     def encode(self, strings: Sequence[str], batch_size: int | None = None) -> np.ndarray:
-        items = _check_strings(strings)
+        items = check_strings(strings)
         out = np.zeros((len(items), self.dim), dtype=np.float32)
-        for idx in _batched(len(items), [len(s) for s in items], batch_size or self.batch_size):
+        for idx in length_sorted_batches(len(items), [len(s) for s in items], batch_size or self.batch_size):
             hidden, mask = self.teacher.token_outputs([items[i] for i in idx])
             out[idx] = self.model(hidden, mask).numpy()
         return out
 
 
-def load_student_encoder(folder: str | Path, name: str | None = None) -> StudentEncoder:
-    return StudentEncoder(folder, name=name)
+def load_student_encoder(folder: str | Path, teacher: HFTextEncoder, name: str | None = None) -> StudentEncoder:
+    """The student saved in ``folder``, reading tokens from ``teacher``."""
+    return StudentEncoder(folder, teacher, name=name)
