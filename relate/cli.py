@@ -27,7 +27,7 @@ def _export(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote {out}", file=sys.stderr)
     if args.check:
-        from relate.export import parity_check
+        from relate.parity import parity_check
 
         path = {"onnx_path": out} if args.format == "onnx" else {"ir_path": out}
         diff = parity_check(args.checkpoint, runtime=runtime, **path)

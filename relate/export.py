@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 __all__ = ["export_onnx", "export_model", "onnx_session", "run_onnx", "default_onnx_path", "check_onnx_matches", "ONNX_NAME",
-           "INPUTS", "OUTPUTS", "ExportError", "parity_check", "export_openvino", "openvino_session", "default_ir_path",
+           "INPUTS", "OUTPUTS", "ExportError", "export_openvino", "openvino_session", "default_ir_path",
            "check_ir_matches", "IR_NAME"]
 
 ONNX_NAME = "relation.onnx"
@@ -253,26 +253,3 @@ def run_onnx(session, images, boxes, box_valid, bank: np.ndarray) -> tuple[np.nd
             "boxes": np.ascontiguousarray(np.asarray(boxes, dtype=np.float32)),
             "box_valid": np.asarray(box_valid, dtype=bool), "bank": np.ascontiguousarray(bank, dtype=np.float32)}
     return tuple(session.run(list(OUTPUTS), feed))
-
-
-def parity_check(checkpoint: str | Path, onnx_path: str | Path | None = None, vocabulary=None, n_boxes: int = 6,
-                 seed: int = 0, runtime: str = "onnxruntime", ir_path: str | Path | None = None) -> float:
-    """Largest |score| difference (Eq. 6, every kept pair x predicate) between ``runtime`` (onnxruntime or
-    openvino) and torch on a random image with ``n_boxes`` random boxes; the kept pairs must be the same ones."""
-    from relate.api import load_model
-    from relate.model.score import relation_score
-
-    ref = load_model(checkpoint)
-    ort = load_model(checkpoint, runtime=runtime, onnx_path=onnx_path, ir_path=ir_path)
-    rng = np.random.default_rng(seed)
-    h, w = 240, 320
-    image = (rng.random((h, w, 3)) * 255).astype(np.uint8)
-    xy = rng.random((n_boxes, 2)) * [w * 0.7, h * 0.7]
-    boxes = np.concatenate([xy, xy + 8 + rng.random((n_boxes, 2)) * [w * 0.3, h * 0.3]], 1)
-    a = ref.score_images([image], [boxes], vocabulary)[0]
-    b = ort.score_images([image], [boxes], vocabulary)[0]
-    if a.pairs.shape != b.pairs.shape or not (a.pairs == b.pairs).all():
-        return float("inf")
-    w_pair = ref.model.cfg.pair_weight
-    return float(np.abs(relation_score(a.l_pred, a.l_pair, w_pair, ref.calibration)
-                        - relation_score(b.l_pred, b.l_pair, w_pair, ref.calibration)).max())
