@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from relate.metrics._tables import GroundTruth, Predictions, encode_strings, expand_join
-from relate.metrics.recall import bucket_of
+from relate.metrics.buckets import bucket_of
 from relate.schema import SchemaError
 
 __all__ = ["LabelledCells", "load_cells", "score_cells", "federated_scores", "evaluate_federated"]

@@ -32,6 +32,7 @@ import numpy as np
 
 from relate.metrics._boxmatch import Detections, box_map, greedy_one_to_one
 from relate.metrics._tables import GroundTruth, Predictions, expand_join
+from relate.metrics.buckets import BUCKETS, bucket_of
 from relate.metrics.per_image import per_image_recall
 from relate.metrics.sgb import PROTOCOLS, sgb_recall
 
@@ -39,16 +40,6 @@ __all__ = ["MATCHERS", "PROTOCOLS", "BUCKETS", "RecallResult", "rank_predictions
            "recall_from_hits", "evaluate_recall", "bucket_of"]
 
 MATCHERS = ("one_to_one", "legacy")
-# LVIS-style support buckets: (name, low inclusive, high inclusive)
-BUCKETS = (("rare", 0, 49), ("common", 50, 500), ("frequent", 501, np.iinfo(np.int64).max))
-
-
-def bucket_of(support: np.ndarray) -> np.ndarray:
-    """Bucket name per predicate support count."""
-    out = np.full(support.shape, "frequent", dtype=object)
-    out[support <= 500] = "common"
-    out[support < 50] = "rare"
-    return out
 
 
 @dataclass

@@ -32,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from relate.metrics._tables import GroundTruth, Predictions, expand_join
+from relate.metrics.buckets import BUCKETS, bucket_of
 
 __all__ = ["PROTOCOLS", "SGB_NOGC_CAP", "sgb_iou", "sgb_rank", "sgb_recall", "sgb_credit", "sgb_aggregate", "CreditIndex", "credit_index", "credit",
            "sgb_rank_dense"]
@@ -239,13 +240,11 @@ def sgb_credit(gt: GroundTruth, gli: np.ndarray, P: int, boxes: tuple[np.ndarray
 def sgb_aggregate(gt: GroundTruth, gli: np.ndarray, hit_rank: np.ndarray, pair_img: np.ndarray, label_set: list,
                   ks: Sequence[int], n_unscored: int = 0) -> tuple[dict, dict, dict, dict]:
     """SGB's averages of the per-row hit ranks (GT repeats count; see _aggregate)."""
-    from relate.metrics.recall import BUCKETS, bucket_of
-
     rep = gt.rel_repeats if gt.rel_repeats is not None else np.ones(gt.rel_image.size, np.int64)
-    return _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, BUCKETS, bucket_of, n_unscored=n_unscored)
+    return _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, n_unscored=n_unscored)
 
 
-def _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, buckets_def, bucket_of, n_unscored):
+def _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, n_unscored):
     """R@K over scored images, mR@K over the label set; F1, wR and buckets as the paper defines them."""
     P = len(label_set)
     n_rows = np.bincount(gt.rel_image, rep, minlength=gt.n_images)
@@ -273,14 +272,14 @@ def _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, buckets_def, buc
         metrics[f"R@{k}"], metrics[f"mR@{k}"] = R, mR
         metrics[f"F1@{k}"] = 2 * R * mR / (R + mR) if (R + mR) > 0 else 0.0
         metrics[f"wR@{k}"] = float((w * r_c).sum() / w.sum()) if present.any() else float("nan")
-        for name, _, _ in buckets_def:
+        for name, _, _ in BUCKETS:
             m = present & (names == name)
             metrics[f"{name}@{k}"] = float(r_c[m].mean()) if m.any() else float("nan")
         per_pred[k] = {str(label_set[c]): float(r_c[c]) for c in range(P)}
     metrics["n_images_scored"] = float(scored.sum())
     metrics["n_predicates"] = float(P)
     metrics["n_unscored_triplets"] = float(n_unscored)
-    n_cls = {name: int((present & (names == name)).sum()) for name, _, _ in buckets_def}
+    n_cls = {name: int((present & (names == name)).sum()) for name, _, _ in BUCKETS}
     sup = {str(label_set[c]): int(support[c]) for c in np.flatnonzero(present)}
     return metrics, per_pred, sup, n_cls
 
