@@ -17,6 +17,12 @@ page's Name column).
 Without ``--submit`` it prints the equivalent ``ray job submit`` command line (copy, review, run);
 with ``--submit`` it submits through ``JobSubmissionClient`` (what ``ray job submit`` calls) and
 prints the submission id; follow it with ``ray job logs -f <id>``.
+
+Every shipped cluster runs Ray with token authentication (``RAY_AUTH_MODE=token``): the dashboard
+refuses a submission without the cluster's token. The token is found where Ray's own clients look
+(``RAY_AUTH_TOKEN``, then the file ``RAY_AUTH_TOKEN_PATH`` names, then ``~/.ray/auth_token``), or
+in ``--token-file``, and sent as a bearer header; the printed command line carries the variables
+the Ray CLI needs to do the same (the file's path, never the token).
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from relate.config import load_config
 from relate.jobinfo import config_label, job_metadata, run_name, submission_id
 from relate.storage import ROOT_ENV
 
-__all__ = ["JOBS", "Submission", "build_submission", "ray_job_submit_argv", "main"]
+__all__ = ["JOBS", "AuthToken", "ClusterAuthError", "Submission", "build_submission", "load_auth_token",
+           "ray_auth_env", "ray_job_submit_argv", "submit", "main"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,6 +56,67 @@ JOBS: dict[str, tuple[str, str]] = {
     "eval_jobs.judge": ("JudgeJobConfig", "judge"),
     "eval_jobs.triplet_probe": ("TripletProbeConfig", "probe"),
 }
+
+
+# Where Ray's clients look for the token, highest precedence first (ray._raylet.AuthenticationTokenLoader).
+TOKEN_ENV = "RAY_AUTH_TOKEN"
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+DEFAULT_TOKEN_PATH = "~/.ray/auth_token"
+
+
+@dataclass(frozen=True)
+class AuthToken:
+    """A cluster's Ray auth token and where it was found; the value stays out of repr and logs."""
+
+    value: str = field(repr=False)
+    source: str  # "--token-file <path>", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH=<path>" or the default path
+    path: str | None = None  # the file it was read from (absolute), if any
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.value}"}
+
+
+class ClusterAuthError(RuntimeError):
+    """The cluster refused the request for lack of a (valid) Ray auth token."""
+
+
+def _read_token_file(path: str, source: str) -> AuthToken:
+    file = Path(path).expanduser().resolve()
+    try:
+        value = file.read_text().strip()  # Ray strips surrounding whitespace too
+    except OSError as e:
+        raise ClusterAuthError(f"cannot read the Ray auth token from {source}: {e}") from None
+    if not value:
+        raise ClusterAuthError(f"the Ray auth token file {file} ({source}) is empty")
+    return AuthToken(value, source, str(file))
+
+
+def load_auth_token(token_file: str | None = None) -> AuthToken | None:
+    """The token to send: ``token_file`` if given, else the first of ``RAY_AUTH_TOKEN``, the file
+    ``RAY_AUTH_TOKEN_PATH`` names and ``~/.ray/auth_token``, the order Ray's clients use; None when
+    there is none. A named file that is missing or empty is an error, as it is for Ray."""
+    if token_file:
+        return _read_token_file(token_file, f"--token-file {token_file}")
+    if os.environ.get(TOKEN_ENV, "").strip():
+        return AuthToken(os.environ[TOKEN_ENV].strip(), TOKEN_ENV)
+    if os.environ.get(TOKEN_PATH_ENV):
+        return _read_token_file(os.environ[TOKEN_PATH_ENV], f"{TOKEN_PATH_ENV}={os.environ[TOKEN_PATH_ENV]}")
+    if Path(DEFAULT_TOKEN_PATH).expanduser().is_file():
+        return _read_token_file(DEFAULT_TOKEN_PATH, DEFAULT_TOKEN_PATH)
+    return None
+
+
+def ray_auth_env(token: AuthToken | None, token_file: str | None = None) -> dict[str, str]:
+    """Variables that make the Ray CLI (``ray job submit``, ``ray job logs``) send ``token``: token
+    mode on, plus the file's path when it came from ``--token-file`` (Ray finds the others itself)."""
+    if token is None:
+        return {}
+    env = {"RAY_AUTH_MODE": "token"}
+    if token_file and token.path:
+        if os.environ.get(TOKEN_ENV):  # it would win over the file; Ray skips an empty value
+            env[TOKEN_ENV] = ""
+        env[TOKEN_PATH_ENV] = token.path
+    return env
 
 
 @dataclass
@@ -141,13 +209,27 @@ def ray_job_submit_argv(sub: Submission, address: str | None = None) -> list[str
     return argv + ["--", *shlex.split(sub.entrypoint)]
 
 
-def submit(sub: Submission, address: str | None = None) -> str:
-    """Submit through the job API; returns the submission id."""
+def submit(sub: Submission, address: str | None = None, token: AuthToken | None = None) -> str:
+    """Submit through the job API with ``token`` as a bearer header; returns the submission id.
+    Raises ``ClusterAuthError`` naming what was (not) sent when the cluster refuses it."""
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
-    client = JobSubmissionClient(address)
-    return client.submit_job(entrypoint=sub.entrypoint, submission_id=sub.submission_id, metadata=sub.metadata,
-                             runtime_env=sub.runtime_env_spec())
+    try:
+        # The explicit header works whatever RAY_AUTH_MODE says in this process (Ray's client adds
+        # its own header only in token mode, and never over one it was given).
+        client = JobSubmissionClient(address, headers=token.headers() if token else None)
+        return client.submit_job(entrypoint=sub.entrypoint, submission_id=sub.submission_id,
+                                 metadata=sub.metadata, runtime_env=sub.runtime_env_spec())
+    except AuthenticationError:
+        where = address or os.environ.get("RAY_ADDRESS") or "the default address"
+        if token is None:
+            raise ClusterAuthError(
+                f"the cluster at {where} refused the job: it requires a Ray auth token and none was found "
+                f"(--token-file, {TOKEN_ENV}, {TOKEN_PATH_ENV} or {DEFAULT_TOKEN_PATH}); copy the cluster's "
+                "token to one of them") from None
+        raise ClusterAuthError(
+            f"the cluster at {where} refused the token from {token.source}: it is not this cluster's token") from None
 
 
 def main(argv: Sequence[str] | None = None) -> str:
@@ -161,16 +243,31 @@ def main(argv: Sequence[str] | None = None) -> str:
     ap.add_argument("--root", default=None, help=f"{ROOT_ENV} for this job: where relative output paths go "
                     "(shared storage: an absolute path every node mounts, or a URI); default: the runtime_env's")
     ap.add_argument("--submit", action="store_true", help="submit now instead of printing the command")
+    ap.add_argument("--token-file", default=None,
+                    help=f"file holding the cluster's Ray auth token (default: {TOKEN_ENV}, {TOKEN_PATH_ENV} "
+                         f"or {DEFAULT_TOKEN_PATH}, as Ray's clients look)")
     opts = ap.parse_args(argv[:cut])
     if cut + 1 >= len(argv):
         raise SystemExit("no job module after --")
     sub = build_submission(argv[cut + 1], argv[cut + 2:], runtime_env=opts.runtime_env or None, root=opts.root)
+    try:
+        token = load_auth_token(opts.token_file)
+    except ClusterAuthError as e:
+        raise SystemExit(str(e)) from None
+    env = "".join(f"{k}={shlex.quote(v)} " for k, v in ray_auth_env(token, opts.token_file).items())
     if not opts.submit:
-        line = shlex.join(ray_job_submit_argv(sub, opts.address))
+        if token is None:
+            print(f"note: no Ray auth token found ({TOKEN_ENV}, {TOKEN_PATH_ENV}, {DEFAULT_TOKEN_PATH}); "
+                  "clusters started from cluster/ refuse a submission without one", file=sys.stderr)
+        line = env + shlex.join(ray_job_submit_argv(sub, opts.address))
         print(line)
         return line
-    job_id = submit(sub, opts.address)
-    print(f"submitted {job_id}; follow with: ray job logs -f {job_id}")
+    try:
+        job_id = submit(sub, opts.address, token)
+    except ClusterAuthError as e:
+        raise SystemExit(f"error: {e}") from None
+    address = f" --address {shlex.quote(opts.address)}" if opts.address else ""
+    print(f"submitted {job_id}; follow with: {env}ray job logs{address} -f {job_id}")
     return job_id
 
 
