@@ -18,12 +18,12 @@ from pathlib import Path
 from pydantic import Field
 
 from relate.config import StrictConfig, dump_config, parse_job_args
+from relate.predicate_knowledge import load_inverse_pairs, load_synonym_groups
 from relate.storage import Location
 from relate.text.bank import build_bank, load_bank
 from relate.text.distill_data import base_strings
 from relate.text.heldout import GroupSplit
 from relate.text.report import geometry_report, render_markdown
-from relate.text.resources import load_inverse_pairs, load_synonym_groups
 from relate.text.vocabulary import load_vocabulary_file
 
 __all__ = ["TextReportConfig", "TextReportResult", "main"]

@@ -7,10 +7,12 @@ contact phrasings) plus the few non-layout groups the semantic-pass rules need (
 actions that imply contact such as holding or wearing). Anything else is unconstrained: it
 passes the geometric rules unchecked and is counted as such.
 
-Inverse knowledge has one home, ``relate/text/data`` (synonym groups and inverse pairs): the
-surface strings of the directional and containment forms and every restatement phrase are read
-from there. The contact, proximity and semantic-contact phrasings below are the gate's own;
-``CanonicalMap.extended`` adds surface forms.
+What is true of a form is not decided here: each canonical form names its synonym group in
+``relate/predicate_knowledge.yaml``, and its inverse and whether it requires touching boxes are
+read from there, as are the surface strings of the directional and containment forms and every
+restatement phrase. This module owns only the gate's grouping: which canonical form a surface
+string falls under, its kind and the geometry the gate checks. ``CanonicalMap.extended`` adds
+surface forms.
 """
 
 from __future__ import annotations
@@ -23,13 +25,18 @@ from typing import Mapping
 
 import numpy as np
 
-__all__ = ["Form", "CanonicalMap", "LAYOUT_FORMS", "KINDS", "normalise_predicate", "default_map", "default_surface",
-           "default_surface_inverse"]
+from relate.predicate_knowledge import PredicateKnowledgeError, load_predicate_knowledge
+
+__all__ = ["Form", "CanonicalMap", "LAYOUT_FORMS", "KINDS", "normalise_predicate", "default_map", "default_forms",
+           "default_surface", "default_surface_inverse"]
 
 # kind codes (small ints so the gate can work on int arrays)
 KINDS = ("other", "horizontal", "vertical", "depth", "containment", "proximity", "contact",
          "part", "semantic_contact")
 _K = {k: i for i, k in enumerate(KINDS)}
+# Only left/right, above/below and front/behind are repaired or restated by swapping the roles
+# (Alg. 1 lines 11-13, the balancing of §4.1); every other form with a contradiction is rejected.
+_RESTATED_KINDS = ("horizontal", "vertical", "depth")
 
 
 @dataclass(frozen=True)
@@ -46,52 +53,62 @@ class Form:
     part_like: bool = False      # exempt from the body-part rules of the semantic passes (line 15)
 
 
-_FORMS: tuple[Form, ...] = (
-    Form("left of", "horizontal", True, axis=1, sign=-1, inverse="right of"),
-    Form("right of", "horizontal", True, axis=1, sign=1, inverse="left of"),
-    Form("above", "vertical", True, axis=2, sign=-1, inverse="below"),
-    Form("below", "vertical", True, axis=2, sign=1, inverse="above"),
-    Form("in front of", "depth", True, inverse="behind"),
-    Form("behind", "depth", True, inverse="in front of"),
-    Form("inside", "containment", True),
-    Form("near", "proximity", True),
+@dataclass(frozen=True)
+class _Spec:
+    """The gate's own part of a form; ``group`` names where its facts are read."""
+
+    name: str
+    kind: str
+    layout: bool
+    group: str
+    axis: int = 0
+    sign: int = 0
+    part_like: bool = False
+
+
+_SPECS: tuple[_Spec, ...] = (
+    _Spec("left of", "horizontal", True, "left_of", axis=1, sign=-1),
+    _Spec("right of", "horizontal", True, "right_of", axis=1, sign=1),
+    _Spec("above", "vertical", True, "above", axis=2, sign=-1),
+    _Spec("below", "vertical", True, "below", axis=2, sign=1),
+    _Spec("in front of", "depth", True, "in_front_of"),
+    _Spec("behind", "depth", True, "behind"),
+    _Spec("inside", "containment", True, "inside"),
+    _Spec("near", "proximity", True, "near"),
     # thirteen contact phrasings; "on top of" also asserts the vertical order but has no inverse
     # phrasing, so a contradicting direction is rejected rather than repaired (line 13)
-    Form("on", "contact", True, contact=True),
-    Form("on top of", "contact", True, contact=True, axis=2, sign=-1),
-    Form("resting on", "contact", True, contact=True),
-    Form("sitting on", "contact", True, contact=True),
-    Form("standing on", "contact", True, contact=True),
-    Form("lying on", "contact", True, contact=True),
-    Form("leaning against", "contact", True, contact=True),
-    Form("hanging from", "contact", True, contact=True),
-    Form("attached to", "contact", True, contact=True, part_like=True),
-    Form("mounted on", "contact", True, contact=True),
-    Form("touching", "contact", True, contact=True),
-    Form("covering", "contact", True, contact=True),
-    Form("supporting", "contact", True, contact=True),
+    _Spec("on", "contact", True, "on"),
+    _Spec("on top of", "contact", True, "on", axis=2, sign=-1),
+    _Spec("resting on", "contact", True, "on"),
+    _Spec("sitting on", "contact", True, "on"),
+    _Spec("standing on", "contact", True, "standing_on"),
+    _Spec("lying on", "contact", True, "lying_on"),
+    _Spec("leaning against", "contact", True, "leaning_on"),
+    _Spec("hanging from", "contact", True, "hanging_from"),
+    # the gate reads "attached to" as fastening (with "fixed to"), not as the part-of sense the
+    # text space groups it with, so its facts are those of fixed_to
+    _Spec("attached to", "contact", True, "fixed_to", part_like=True),
+    _Spec("mounted on", "contact", True, "fixed_to"),
+    _Spec("touching", "contact", True, "touching"),
+    _Spec("covering", "contact", True, "covering"),
+    _Spec("supporting", "contact", True, "supporting"),
     # non-layout groups used by the semantic-pass rules only
-    Form("part of", "part", False, part_like=True),
-    Form("holding", "semantic_contact", False, contact=True),
-    Form("wearing", "semantic_contact", False, contact=True),
-    Form("riding", "semantic_contact", False, contact=True),
+    _Spec("part of", "part", False, "part_of", part_like=True),
+    _Spec("holding", "semantic_contact", False, "holding"),
+    _Spec("wearing", "semantic_contact", False, "wearing"),
+    _Spec("riding", "semantic_contact", False, "riding"),
 )
-LAYOUT_FORMS: tuple[str, ...] = tuple(f.name for f in _FORMS if f.layout)
+LAYOUT_FORMS: tuple[str, ...] = tuple(s.name for s in _SPECS if s.layout)
 assert len(LAYOUT_FORMS) == 21, LAYOUT_FORMS
 
-# Directional and containment forms take their surface strings from the project's synonym
-# groups (relate/text/data/synonym_groups.yaml), and their restatement phrases from its inverse
-# pairs, so the gate, the text space and the synthetic lexicon cannot disagree on an inverse.
-# canonical form -> (synonym group, roles reversed for the check). "contains" reduces to "inside"
-# with the roles read the other way round.
-_FROM_GROUPS: tuple[tuple[str, str, bool], ...] = (
-    ("left of", "left_of", False), ("right of", "right_of", False), ("above", "above", False),
-    ("below", "below", False), ("in front of", "in_front_of", False), ("behind", "behind", False),
-    ("inside", "inside", False), ("inside", "contains", True),
-)
+# Forms whose surface strings are exactly their group's forms, so that a restated relation
+# (whose phrase is a form of the inverse group) stays gated. "inside" also takes its inverse
+# group's forms ("contains") with the roles read the other way round.
+_SURFACES_FROM_GROUP = ("left of", "right of", "above", "below", "in front of", "behind", "inside")
+_REVERSED_FROM_INVERSE_GROUP = ("inside",)
 
-# surface form -> (canonical form, roles reversed) for the forms that no inverse concerns: the
-# gate alone decides which phrasings imply contact or proximity.
+# surface form -> (canonical form, roles reversed) for the other forms: the gate's own choice of
+# which phrasings it holds to each form's rule (App. C.2), narrower than the synonym groups.
 _OWN: dict[str, tuple[str, bool]] = {}
 
 
@@ -123,15 +140,40 @@ _add("riding", "riding|riding on|rides")
 
 
 @functools.lru_cache(maxsize=1)
+def default_forms() -> tuple[Form, ...]:
+    """The canonical forms, with contact and inverse taken from the predicate knowledge file."""
+    knowledge = load_predicate_knowledge()
+    missing = sorted({s.group for s in _SPECS} - set(knowledge.groups))
+    if missing:
+        raise PredicateKnowledgeError(f"canonical map: groups {missing} are not in {knowledge.path}")
+    restated = {s.group: s.name for s in _SPECS if s.kind in _RESTATED_KINDS}
+    out = []
+    for s in _SPECS:
+        group = knowledge.groups[s.group]
+        inverse = None
+        if s.kind in _RESTATED_KINDS:
+            inverse = restated.get(group.inverse)
+            if inverse is None:
+                raise PredicateKnowledgeError(f"canonical map: {s.name!r} is restated by swapping the roles, but its "
+                                              f"group {s.group!r} has inverse {group.inverse!r} in {knowledge.path}, "
+                                              "which no restated form covers")
+        out.append(Form(s.name, s.kind, s.layout, contact=group.contact, axis=s.axis, sign=s.sign, inverse=inverse,
+                        part_like=s.part_like))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
 def default_surface() -> Mapping[str, tuple[str, bool]]:
     """Every surface string the default map knows -> (canonical form, roles reversed)."""
-    from relate.text.resources import load_synonym_groups
-
-    groups = load_synonym_groups()
+    groups = load_predicate_knowledge().groups
+    own_group = {s.name: s.group for s in _SPECS}
     out: dict[str, tuple[str, bool]] = {}
-    for canonical, group, reverse in _FROM_GROUPS:
-        for s in groups[group].forms:
-            out[s] = (canonical, reverse)
+    for canonical in _SURFACES_FROM_GROUP:
+        for s in groups[own_group[canonical]].forms:
+            out[s] = (canonical, False)
+        if canonical in _REVERSED_FROM_INVERSE_GROUP:
+            for s in groups[groups[own_group[canonical]].inverse].forms:
+                out[s] = (canonical, True)
     clash = sorted(s for s in out if s in _OWN)
     if clash:
         raise ValueError(f"canonical map: {clash} are both synonym-group forms and gate-only forms")
@@ -148,14 +190,14 @@ def default_surface_inverse() -> Mapping[str, str]:
     from relate.text.resources import restatement_of
 
     surface = default_surface()
-    forms = {f.name: f for f in _FORMS}
+    forms = {f.name: f for f in default_forms()}
     out = {}
     for s, (c, rev) in surface.items():
         r = restatement_of(s)
         restated = forms[c].inverse is not None and not rev
         if restated and (r is None or surface.get(r) != (forms[c].inverse, False)):
             raise ValueError(f"canonical map: {s!r} ({c}) is restated as {r!r}, which is not a surface form of "
-                             f"{forms[c].inverse!r}; fix relate/text/data/inverse_pairs.tsv")
+                             f"{forms[c].inverse!r}; fix the inverse_pairs of {load_predicate_knowledge().path}")
         if r is not None:
             out[s] = r
     return MappingProxyType(out)
@@ -175,7 +217,7 @@ def normalise_predicate(p: str) -> str:
 class CanonicalMap:
     """Surface strings -> canonical form ids, with per-form geometry as int arrays for the gate."""
 
-    forms: tuple[Form, ...] = _FORMS
+    forms: tuple[Form, ...] = field(default_factory=default_forms)
     surface: Mapping[str, tuple[str, bool]] = field(default_factory=lambda: dict(default_surface()))
     surface_inverse: Mapping[str, str] = field(default_factory=lambda: dict(default_surface_inverse()))
 

@@ -1,7 +1,8 @@
 """The predicate text space (seed 001, 3.3 and B.2): encoders, banks, resources, report, vocabulary.
 
-Names are imported on first use (PEP 562), so that ``relate.text.resources`` (the predicate data
-the gate reads) loads without torch or an encoder.
+Names are imported on first use (PEP 562), so that ``relate.text.resources`` (the restatements the
+gate reads) loads without torch or an encoder. Synonym groups and inverse pairs themselves are
+read from ``relate.predicate_knowledge``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ _HOME = {
     "BankError": "bank", "TextBank": "bank", "build_bank": "bank", "load_bank": "bank", "score_against_bank": "bank",
     "DEFAULT_ENCODER": "encoders", "ENCODERS": "encoders", "load_text_encoder": "encoders",
     "geometry_report": "report", "render_markdown": "report",
-    "is_directional": "resources", "load_inverse_pairs": "resources", "load_synonym_groups": "resources",
-    "p_directional": "resources", "synonym_pairs": "resources",
+    "is_directional": "resources", "p_directional": "resources", "synonym_pairs": "resources",
     "build_vocabulary": "vocabulary", "load_vocabulary_file": "vocabulary",
 }
 __all__ = list(_HOME)

@@ -17,8 +17,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from relate.text.resources import (base_form, group_of, load_inverse_pairs, load_modifiers, load_synonym_groups,
-                                   normalise_predicate)
+from relate.predicate_knowledge import load_inverse_pairs, load_synonym_groups
+from relate.text.resources import base_form, group_of, load_modifiers, normalise_predicate
 
 __all__ = ["GroupSplit", "inverse_group_pairs", "split_inverse_groups", "heldout_leaks", "assert_no_heldout_leak",
            "LOSS_PAIR_KEYS"]

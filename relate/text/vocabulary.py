@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from relate.data.lexicon import all_surface_forms
-from relate.text.resources import (base_form, load_inverse_pairs, load_modifiers, load_synonym_groups,
-                                   normalise_predicate)
+from relate.predicate_knowledge import load_inverse_pairs, load_synonym_groups
+from relate.text.resources import base_form, load_modifiers, normalise_predicate
 
 __all__ = ["build_vocabulary", "load_vocabulary_file", "VocabularyError", "modified_forms",
            "modified_base_pairs", "derived_inverse_pairs"]

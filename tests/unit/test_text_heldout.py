@@ -8,7 +8,8 @@ import torch
 
 from relate.text.heldout import (LOSS_PAIR_KEYS, assert_no_heldout_leak, heldout_leaks, inverse_group_pairs,
                                  split_inverse_groups)
-from relate.text.resources import base_form, group_of, load_inverse_pairs, load_modifiers, load_synonym_groups
+from relate.predicate_knowledge import load_inverse_pairs, load_synonym_groups
+from relate.text.resources import base_form, group_of, load_modifiers
 from relate.text.vocabulary import build_vocabulary
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from relate.text.bank import TextBank, build_bank
 from relate.text.report import geometry_report, knn_indices, participation_ratio, render_markdown
-from relate.text.resources import load_inverse_pairs, load_synonym_groups
+from relate.predicate_knowledge import load_inverse_pairs, load_synonym_groups
 
 
 def _unit(x):

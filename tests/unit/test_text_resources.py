@@ -1,16 +1,16 @@
-"""Synonym groups, inverse pairs, directional flags: coverage and validation errors."""
+"""The text space's reading of the predicate knowledge: coverage, base forms, restatements, flags.
+
+The knowledge file's own rules and refusals are tested in tests/unit/test_predicate_knowledge.py.
+"""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from relate.data.lexicon import CONCEPTS, all_surface_forms
-from relate.text.resources import (ResourceError, base_form, group_of, inverse_of, is_directional,
-                                   load_inverse_pairs, load_modifiers, load_synonym_groups, p_directional,
-                                   parse_inverse_pairs, parse_synonym_groups, synonym_pairs)
+from relate.predicate_knowledge import load_inverse_pairs, load_synonym_groups
+from relate.text.resources import (DATA_DIR, ResourceError, base_form, group_of, inverse_of, is_directional,
+                                   load_modifiers, p_directional, synonym_pairs)
 
 # Common VG150 / PSG-style predicates our groups must know (spatial, contact, action).
 COMMON = ["above", "under", "behind", "in front of", "on", "in", "near", "next to", "beside",
@@ -20,17 +20,6 @@ COMMON = ["above", "under", "behind", "in front of", "on", "in", "near", "next t
           "part of", "over", "against", "along", "across", "between", "at", "mounted on", "growing on",
           "playing", "says", "pulling", "pushing", "kicking", "throwing", "crossing", "entering", "exiting",
           "leaning on", "drinking", "cutting", "chasing", "driving", "feeding", "touching", "talking to"]
-
-
-def test_every_lexicon_form_is_grouped_and_concepts_stay_together():
-    for concept in CONCEPTS.values():
-        groups = {group_of(f) for f in concept.forms}
-        assert len(groups) == 1 and None not in groups, (concept.name, groups)
-        group = load_synonym_groups()[groups.pop()]
-        assert group.directional == concept.directional, concept.name
-        if concept.inverse is not None:
-            assert {group_of(f) for f in CONCEPTS[concept.inverse].forms} == {group.inverse}
-    assert all(group_of(f) for f in all_surface_forms())
 
 
 def test_common_benchmark_predicates_are_covered():
@@ -84,49 +73,14 @@ def test_synonym_pairs_restrict_to_given_strings():
     assert pairs == [("above", "over")]
 
 
-P = Path("groups.yaml")
-
-
-def test_string_in_two_groups_is_an_error():
-    tree = {"groups": {"a": {"forms": ["x", "y"]}, "b": {"forms": ["y"]}}}
-    with pytest.raises(ResourceError, match="'y' is in two groups"):
-        parse_synonym_groups(tree, P)
-
-
-def test_inverse_of_inverse_must_be_itself():
-    tree = {"groups": {"a": {"forms": ["x"], "inverse": "b"}, "b": {"forms": ["y"], "inverse": "c"},
-                       "c": {"forms": ["z"], "inverse": "b"}}}
-    with pytest.raises(ResourceError, match="inverse of inverse"):
-        parse_synonym_groups(tree, P)
-
-
-def test_unquoted_yaml_boolean_form_is_an_error():
-    tree = {"groups": {"a": {"forms": [True, "x"]}}}
-    with pytest.raises(ResourceError, match="quote them"):
-        parse_synonym_groups(tree, P)
-
-
-def test_symmetric_group_with_inverse_is_an_error():
-    tree = {"groups": {"a": {"forms": ["x"], "inverse": "b", "directional": False}, "b": {"forms": ["y"], "inverse": "a"}}}
-    with pytest.raises(ResourceError, match="directional: false"):
-        parse_synonym_groups(tree, P)
-
-
-def test_inverse_pair_file_errors_name_the_line():
-    groups = parse_synonym_groups({"groups": {"a": {"forms": ["x", "x2"], "inverse": "b"},
-                                              "b": {"forms": ["y"], "inverse": "a"},
-                                              "c": {"forms": ["z"]}}}, P)
-    assert parse_inverse_pairs(["# c", "x\ty"], Path("p.tsv"), groups) == (("x", "y"),)
-    with pytest.raises(ResourceError, match=r"p.tsv:2: 'x2' already paired|p.tsv:2: 'y' already paired"):
-        parse_inverse_pairs(["x\ty", "x2\ty"], Path("p.tsv"), groups)
-    with pytest.raises(ResourceError, match="p.tsv:1: .*not declared inverses"):
-        parse_inverse_pairs(["x\tz"], Path("p.tsv"), groups)
-    with pytest.raises(ResourceError, match="p.tsv:1: 'q' is not in any synonym group"):
-        parse_inverse_pairs(["q\ty"], Path("p.tsv"), groups)
-    with pytest.raises(ResourceError, match="2 tab-separated"):
-        parse_inverse_pairs(["x y"], Path("p.tsv"), groups)
+def test_modifiers_must_name_known_families_and_groups(tmp_path):
+    good = (DATA_DIR / "modifiers.yaml").read_text()
+    bad = tmp_path / "modifiers.yaml"
+    bad.write_text(good.replace("families: [spatial,", "families: [spatail,"))
+    with pytest.raises(ResourceError, match=r"modifiers.yaml: families \['spatail'\] are not in .*predicate_knowledge.yaml"):
+        load_modifiers(bad)
 
 
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(ResourceError, match="not found"):
-        load_synonym_groups(tmp_path / "nope.yaml")
+        load_modifiers(tmp_path / "nope.yaml")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from relate.data.lexicon import all_surface_forms
-from relate.text.resources import load_synonym_groups
+from relate.predicate_knowledge import load_synonym_groups
 from relate.text.vocabulary import (VocabularyError, build_vocabulary, derived_inverse_pairs,
                                     load_vocabulary_file, modified_base_pairs)
 
