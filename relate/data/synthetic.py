@@ -39,6 +39,7 @@ from relate.config import StrictConfig
 from relate.data.lexicon import CONCEPTS
 from relate.data.synthetic_annotation import (FULL_TRUTH_STREAM, MULTI_LABEL_STREAM, AnnotationSourceConfig,
                                               check_sources, draw_source, state_relations, state_truth)
+from relate.data.synthetic_object import SceneObject
 from relate.data.synthetic_render import PALETTE, render, shape_mask
 from relate.data.synthetic_truth import BRIGHTNESS_GAP, PairRules, true_relations
 
@@ -95,19 +96,6 @@ class SyntheticConfig(StrictConfig):
 
 
 @dataclass
-class _Obj:
-    box: np.ndarray
-    category: str
-    colour: str
-    z: float
-    is_person: bool = False
-    is_body_part: bool = False
-    striped: bool = False
-    parent: int | None = None
-    base: int | None = None  # the object this one's depth was set from (its group's root), when not a parent
-
-
-@dataclass
 class Scene:
     """One generated scene: the image, its boxes, the relations its source states and the full truth.
 
@@ -161,7 +149,7 @@ class _Builder:
 
     def __init__(self, rng: np.random.Generator, w: int, h: int, budget: int) -> None:
         self.rng, self.w, self.h, self.budget = rng, w, h, budget
-        self.objs: list[_Obj] = []
+        self.objs: list[SceneObject] = []
         self.rels: list[tuple[int, int, str]] = []
         self.free_colours = list(PALETTE)
         rng.shuffle(self.free_colours)
@@ -181,7 +169,7 @@ class _Builder:
         b[[1, 3]] = np.clip(b[[1, 3]], 0, self.h)
         colour = kw.pop("colour", None) or self.colour()
         z = float(self.rng.uniform(0, 10)) if z is None else z
-        self.objs.append(_Obj(b, category, colour, z, striped=bool(self.rng.random() < 0.3), **kw))
+        self.objs.append(SceneObject(b, category, colour, z, striped=bool(self.rng.random() < 0.3), **kw))
         return len(self.objs) - 1
 
     def place(self, bw: float, bh: float, y_lo: float = 0.0, y_hi: float = 1.0) -> list[float]:
@@ -341,7 +329,7 @@ class _Builder:
             self.rel(hi, lo, "brighter_than")
 
 
-def _restyle(objs: list[_Obj]) -> None:
+def _restyle(objs: list[SceneObject]) -> None:
     """The twin's styling: each group's drawing depth mirrored (a group's parts keep their offsets
     to its root) and every palette colour swapped for its complement (luminance 255 - L)."""
     z0 = [o.z for o in objs]

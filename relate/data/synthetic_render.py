@@ -7,13 +7,10 @@ edge, a monocular depth cue inside the occluded object's box.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 from PIL import Image, ImageDraw
 
-if TYPE_CHECKING:
-    from relate.data.synthetic import _Obj
+from relate.data.synthetic_object import SceneObject
 
 __all__ = ["PALETTE", "SKIN", "INVERTED", "shape_mask", "render"]
 
@@ -38,7 +35,7 @@ def _shade(rgb: tuple[int, int, int], f: float) -> tuple[int, int, int]:
     return tuple(int(min(255, max(0, c * f))) for c in rgb)  # type: ignore[return-value]
 
 
-def _draw(d: ImageDraw.ImageDraw, o: _Obj, rgb: tuple[int, int, int]) -> None:
+def _draw(d: ImageDraw.ImageDraw, o: SceneObject, rgb: tuple[int, int, int]) -> None:
     x1, y1, x2, y2 = (float(v) for v in o.box)
     w, h = x2 - x1, y2 - y1
     dark = _shade(rgb, 0.6)
@@ -90,7 +87,7 @@ def _draw(d: ImageDraw.ImageDraw, o: _Obj, rgb: tuple[int, int, int]) -> None:
             d.line([(x1 + 0.3 * w, yy), (x2 - 0.3 * w, yy)], fill=_shade(rgb, 1.25), width=1)
 
 
-def shape_mask(o: _Obj, w: int, h: int) -> np.ndarray:
+def shape_mask(o: SceneObject, w: int, h: int) -> np.ndarray:
     """(h, w) bool: the pixels the object's shape covers when drawn alone."""
     canvas = Image.new("RGB", (w, h), (0, 0, 0))
     _draw(ImageDraw.Draw(canvas), o, (255, 255, 255))
@@ -104,7 +101,7 @@ _SHADOW_MIN_PX = 3
 _SHADOW_DARKEN = 0.45
 
 
-def render(objs: list[_Obj], shapes: list[np.ndarray], rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+def render(objs: list[SceneObject], shapes: list[np.ndarray], rng: np.random.Generator, w: int, h: int) -> np.ndarray:
     """Draw objects back to front; each casts a shadow on the objects behind it, a monocular depth
     cue that sits inside the occluded object's box while the front object's own shape stays whole."""
     canvas = Image.fromarray(_background(rng, w, h))
