@@ -20,8 +20,8 @@ from __future__ import annotations
 from benchmarks._common import run_benchmark
 
 def measure(quick: bool) -> dict[str, float]:
-    from relate.data.lexicon import PIXEL_FAMILIES
-    from train_jobs.learnability import BOX_FAMILIES, LearnabilityConfig, main, pooled_recall
+    from relate.data.lexicon import BOX_FAMILIES, PIXEL_FAMILIES
+    from train_jobs.learnability import LearnabilityConfig, main, pooled_recall
 
     steps = 300 if quick else 600
     figures: dict[str, float] = {}

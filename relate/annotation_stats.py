@@ -52,7 +52,8 @@ def direction_balance(predicates: list[str]) -> dict:
         if cid >= 0 and not rev and cm.forms[cid].inverse is not None:
             cnt[cm.forms[cid].name] += 1
     out = {}
-    for a, b in (("left of", "right of"), ("above", "below"), ("in front of", "behind")):
+    pairs = [(f.name, f.inverse) for f in cm.forms if f.inverse is not None and cm.index[f.name] < cm.index[f.inverse]]
+    for a, b in pairs:
         na, nb = cnt[a], cnt[b]
         out[f"{a}/{b}"] = {a: na, b: nb, "rel_gap": abs(na - nb) / max(na, nb, 1)}
     return out

@@ -36,11 +36,10 @@ from pydantic import Field
 
 from relate.config import StrictConfig, load_config, parse_job_args
 
-__all__ = ["LearnabilityConfig", "LearnabilityResult", "CONTROLS", "BOX_FAMILIES", "main", "build_recipe",
+__all__ = ["LearnabilityConfig", "LearnabilityResult", "CONTROLS", "main", "build_recipe",
            "pooled_recall"]
 
 CONTROLS = ("none", "shuffled_boxes", "blank_pixels")
-BOX_FAMILIES = ("spatial", "contact", "containment", "proximity")
 _RECIPE = Path(__file__).resolve().parent / "configs" / "learnability.yaml"
 
 

@@ -24,12 +24,13 @@ from actors.vlm.base import VLM_BACKENDS, VLMRequest
 from actors.vlm.configs import ScriptedConfig
 from relate import geometry as G
 from relate.data.gate_hard_cases import hard_case_items
-from relate.data.lexicon import CONCEPTS, SURFACE_TO_CONCEPT
+from relate.data.lexicon import CONCEPTS, LAYOUT_FAMILIES, SURFACE_TO_CONCEPT, inverse_form
 
-__all__ = ["ScriptedAnnotator", "ScriptedPlan", "LAYOUT_FAMILIES"]
+__all__ = ["ScriptedAnnotator", "ScriptedPlan"]
 
-LAYOUT_FAMILIES = ("spatial", "depth", "contact", "proximity", "containment")
-_BIASED = {"right_of": "left_of", "below": "above", "behind": "in_front_of"}
+# The side a biased annotator states a layout relation from (the left, upper or front object):
+# a relation of the inverse concept is restated with its inverse form.
+_STATED_FROM = ("left_of", "above", "in_front_of")
 _PASS_CODE = {"semantic": 1, "grow": 2, "spatial": 3}
 
 
@@ -92,9 +93,9 @@ class ScriptedAnnotator:
             if want != req.pass_name:
                 continue
             concept = SURFACE_TO_CONCEPT.get(p.strip().lower())
-            if concept in _BIASED and rng.random() < self.cfg.direction_bias:
-                k = CONCEPTS[concept].forms.index(p.strip().lower())
-                s, o, p = o, s, CONCEPTS[_BIASED[concept]].forms[k]
+            biased = concept is not None and CONCEPTS[concept].inverse in _STATED_FROM
+            if biased and rng.random() < self.cfg.direction_bias:
+                s, o, p = o, s, inverse_form(p)
             out.append({"subject": s, "object": o, "predicate": p})
         return out
 

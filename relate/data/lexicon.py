@@ -1,16 +1,19 @@
-"""The synthetic world's predicate lexicon: concepts, their surface forms, families, inverses.
+"""The synthetic world's predicate lexicon: its concepts and the surface forms it states them with.
 
-Each concept has several surface strings (synonyms) so that open-vocabulary matching, synonym
-groups and the text bank all have something real to work on. Families say what decides a
-concept: ``spatial`` predicates follow from the boxes alone; ``depth`` and ``appearance`` need
-the pixels (occlusion order, colour); ``contact``, ``proximity`` and ``containment`` are checked
-by the geometric gate; ``action`` and ``part`` are semantic relations.
+The world chooses which relations exist in it and which strings say them: the table below.
+Everything else about a concept is read from ``relate/predicate_knowledge.yaml`` through the
+synonym group of its forms (a concept is named after its group): its family, its inverse (the
+inverse group, when the world has that concept too), whether it is symmetric and whether it
+requires touching boxes. Each concept has several surface strings so that open-vocabulary
+matching, synonym groups and the text bank have something real to work on.
 
-The forms of a concept with an inverse are listed in the order of their string-level inverses:
-``forms[k]`` of one side restates ``forms[k]`` of the other (the scripted annotator relies on it).
-Those pairs are not a second source of inverse knowledge: they must equal
-``relate/text/data/inverse_pairs.tsv`` (checked by tests/unit/test_predicate_knowledge.py); the
-order cannot change without changing the synthetic world.
+Families say what decides a concept: ``spatial`` predicates follow from the boxes alone;
+``depth`` and ``appearance`` need the pixels (occlusion order, colour); ``contact``,
+``proximity`` and ``containment`` are checked by the geometric gate; ``action`` and ``part`` are
+semantic relations.
+
+A form of a concept with an inverse is restated by its string-level pair in the knowledge file,
+which must be a form of the inverse concept (the scripted annotator relies on it).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["Concept", "CONCEPTS", "FAMILIES", "PIXEL_FAMILIES", "SURFACE_TO_CONCEPT", "concept_of", "all_surface_forms",
-           "inverse_form"]
+from relate.predicate_knowledge import PredicateKnowledge, PredicateKnowledgeError, load_predicate_knowledge
+
+__all__ = ["Concept", "CONCEPTS", "FAMILIES", "PIXEL_FAMILIES", "BOX_FAMILIES", "LAYOUT_FAMILIES",
+           "SURFACE_TO_CONCEPT", "concept_of", "all_surface_forms", "inverse_form"]
 
 
 @dataclass(frozen=True)
@@ -30,40 +35,66 @@ class Concept:
     forms: tuple[str, ...]
     inverse: str | None = None
     symmetric: bool = False
+    contact: bool = False
 
     @property
     def directional(self) -> bool:
         return not self.symmetric
 
 
-_C = [
-    Concept("left_of", "spatial", ("left of", "to the left of", "on the left side of"), inverse="right_of"),
-    Concept("right_of", "spatial", ("right of", "to the right of", "on the right side of"), inverse="left_of"),
-    Concept("above", "spatial", ("above", "over", "higher than"), inverse="below"),
-    Concept("below", "spatial", ("below", "beneath", "lower than"), inverse="above"),
-    Concept("in_front_of", "depth", ("in front of", "occluding", "blocking the view of"), inverse="behind"),
-    Concept("behind", "depth", ("behind", "hidden behind", "partly hidden by"), inverse="in_front_of"),
-    Concept("brighter_than", "appearance", ("brighter than", "lighter than", "paler than"), inverse="darker_than"),
-    Concept("darker_than", "appearance", ("darker than", "dimmer than", "deeper in tone than"), inverse="brighter_than"),
-    Concept("same_colour_as", "appearance", ("same colour as", "same color as", "matching the colour of"), symmetric=True),
-    Concept("on", "contact", ("on", "on top of", "resting on", "sitting on")),
-    Concept("touching", "contact", ("touching", "against", "in contact with"), symmetric=True),
-    Concept("near", "proximity", ("near", "next to", "close to"), symmetric=True),
-    Concept("inside", "containment", ("inside", "in", "within"), inverse="contains"),
-    Concept("contains", "containment", ("contains", "enclosing", "holding inside"), inverse="inside"),
-    Concept("holding", "action", ("holding", "grasping", "carrying")),
-    Concept("wearing", "action", ("wearing", "has on", "dressed in")),
-    Concept("part_of", "part", ("part of", "belongs to", "attached to")),
-]
+# The world's own choice: concept (= synonym group) -> the forms its scenes are stated with. The
+# order of the forms is part of the world (a scene draws a form by position), so it cannot change
+# without changing every corpus.
+_WORLD: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("left_of", ("left of", "to the left of", "on the left side of")),
+    ("right_of", ("right of", "to the right of", "on the right side of")),
+    ("above", ("above", "over", "higher than")),
+    ("below", ("below", "beneath", "lower than")),
+    ("in_front_of", ("in front of", "occluding", "blocking the view of")),
+    ("behind", ("behind", "hidden behind", "partly hidden by")),
+    ("brighter_than", ("brighter than", "lighter than", "paler than")),
+    ("darker_than", ("darker than", "dimmer than", "deeper in tone than")),
+    ("same_colour_as", ("same colour as", "same color as", "matching the colour of")),
+    ("on", ("on", "on top of", "resting on", "sitting on")),
+    ("touching", ("touching", "against", "in contact with")),
+    ("near", ("near", "next to", "close to")),
+    ("inside", ("inside", "in", "within")),
+    ("contains", ("contains", "enclosing", "holding inside")),
+    ("holding", ("holding", "grasping", "carrying")),
+    ("wearing", ("wearing", "has on", "dressed in")),
+    ("part_of", ("part of", "belongs to", "attached to")),
+)
 
-CONCEPTS: Mapping[str, Concept] = MappingProxyType({c.name: c for c in _C})
-FAMILIES: tuple[str, ...] = ("spatial", "depth", "appearance", "contact", "proximity", "containment", "action", "part")
-PIXEL_FAMILIES: tuple[str, ...] = ("depth", "appearance")
-SURFACE_TO_CONCEPT: Mapping[str, str] = MappingProxyType({f: c.name for c in _C for f in c.forms})
 
-assert len(SURFACE_TO_CONCEPT) == sum(len(c.forms) for c in _C), "a surface form is used by two concepts"
-for _c in _C:
-    assert _c.inverse is None or CONCEPTS[_c.inverse].inverse == _c.name, _c.name
+def _concepts(world: tuple[tuple[str, tuple[str, ...]], ...], knowledge: PredicateKnowledge) -> dict[str, Concept]:
+    names = {name for name, _ in world}
+    out = {}
+    for name, forms in world:
+        groups = {form: knowledge.group_of(form) for form in forms}
+        wrong = {f: (g.name if g else None) for f, g in groups.items() if g is None or g.name != name}
+        if wrong:
+            raise PredicateKnowledgeError(f"synthetic lexicon: the forms of {name!r} must be forms of group {name!r} in "
+                                          f"{knowledge.path}; these are not (form -> group): {wrong}")
+        g = knowledge.groups[name]
+        out[name] = Concept(name, g.family, forms, g.inverse if g.inverse in names else None, g.symmetric, g.contact)
+    for c in out.values():
+        for form in c.forms if c.inverse is not None else ():
+            partner = knowledge.inverse_form(form)
+            if partner not in out[c.inverse].forms:
+                raise PredicateKnowledgeError(f"synthetic lexicon: {form!r} ({c.name}) is paired with {partner!r} in "
+                                              f"{knowledge.path}, which is not a form of {c.inverse!r}")
+    return out
+
+
+_KNOWLEDGE = load_predicate_knowledge()
+CONCEPTS: Mapping[str, Concept] = MappingProxyType(_concepts(_WORLD, _KNOWLEDGE))
+SURFACE_TO_CONCEPT: Mapping[str, str] = MappingProxyType({f: c.name for c in CONCEPTS.values() for f in c.forms})
+# The world's families in the knowledge file's order, and which of them the boxes, the pixels or
+# the annotator's spatial pass decide.
+FAMILIES: tuple[str, ...] = tuple(f for f in _KNOWLEDGE.families if any(c.family == f for c in CONCEPTS.values()))
+PIXEL_FAMILIES: tuple[str, ...] = tuple(f for f in _KNOWLEDGE.families_decided_by("pixels") if f in FAMILIES)
+BOX_FAMILIES: tuple[str, ...] = tuple(f for f in _KNOWLEDGE.families_decided_by("boxes") if f in FAMILIES)
+LAYOUT_FAMILIES: tuple[str, ...] = tuple(f for f in FAMILIES if _KNOWLEDGE.families[f].layout)
 
 
 def concept_of(predicate: str) -> Concept:
@@ -75,13 +106,13 @@ def concept_of(predicate: str) -> Concept:
 
 
 def all_surface_forms() -> list[str]:
-    return [f for c in _C for f in c.forms]
+    return [f for c in CONCEPTS.values() for f in c.forms]
 
 
 def inverse_form(predicate: str) -> str | None:
-    """The surface form restating ``predicate`` from the other endpoint (same position in the
-    inverse concept's forms); None when its concept has no inverse in the synthetic world."""
+    """The surface form restating ``predicate`` from the other endpoint (its string-level inverse
+    pair); None when its concept has no inverse in the synthetic world."""
     c = concept_of(predicate)
     if c.inverse is None:
         return None
-    return CONCEPTS[c.inverse].forms[c.forms.index(predicate.strip().lower())]
+    return _KNOWLEDGE.inverse_form(predicate)

@@ -13,8 +13,8 @@ Nothing here is invented beyond the world's own rules:
   axis; a gap under half the larger diagonal; visibly overlapping drawn shapes, ordered by z);
 * appearance: the luminance gap and colour identity ``_Builder._appearance`` uses;
 * contact implied by construction: ``on``, ``holding`` and ``wearing`` are contact relations
-  (the gate's canonical map lists the latter two as actions that imply contact), so their pair is
-  also ``touching`` where the boxes meet, which the world's construction guarantees;
+  (``contact: true`` in ``relate/predicate_knowledge.yaml``), so their pair is also ``touching``
+  where the boxes meet, which the world's construction guarantees;
 * containment, part and the constructed contact/action relations: exactly as built.
 
 Body parts take part only in the relations built for them (``part_of``).
@@ -40,8 +40,10 @@ MIN_OCCLUSION_SHARE = 0.15
 _MAX_OCCLUSION_COVER = 0.9
 # Least luminance difference (0-255 scale) for brighter/darker to be a readable relation.
 BRIGHTNESS_GAP = 80
-# Concepts whose pair is, by construction, in contact: stated or not, it is also ``touching``.
-IMPLIED_CONTACT: Mapping[str, str] = {"on": "touching", "holding": "touching", "wearing": "touching"}
+# Concepts whose pair is, by construction, in contact: stated or not, it is also ``touching``,
+# the world's concept that states contact itself.
+IMPLIED_CONTACT: Mapping[str, str] = {c.name: "touching" for c in CONCEPTS.values()
+                                       if c.contact and c.name != "touching"}
 
 
 class PairRules:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from relate.data.lexicon import PIXEL_FAMILIES
-from train_jobs.learnability import BOX_FAMILIES, LearnabilityConfig, main, pooled_recall
+from relate.data.lexicon import BOX_FAMILIES, PIXEL_FAMILIES
+from train_jobs.learnability import LearnabilityConfig, main, pooled_recall
 
 pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
