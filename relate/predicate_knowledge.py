@@ -119,7 +119,8 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> _Lined:
         key = loader.construct_object(key_node, deep=True)
         line = key_node.start_mark.line + 1
         if key in out:
-            raise PredicateKnowledgeError(f"{loader.path}:{line}: {key!r} is given twice (first on line {out.lines[key]})")
+            raise PredicateKnowledgeError(f"{loader.path}:{line}: {key!r} is given twice "
+                                          f"(first on line {out.lines[key]})")
         out[key] = loader.construct_object(value_node, deep=True)
         out.lines[key] = line
     return out
@@ -191,7 +192,8 @@ def _parse_families(path: Path, raw: Any) -> dict[str, Family]:
         spec = _mapping(path, line, f"family {name!r}", spec, _FAMILY_KEYS)
         decider = spec.get("decided_by")
         if decider not in DECIDERS:
-            raise PredicateKnowledgeError(f"{path}:{line}: family {name!r} decided_by {decider!r}; valid: {list(DECIDERS)}")
+            raise PredicateKnowledgeError(f"{path}:{line}: family {name!r} decided_by {decider!r}; "
+                                          f"valid: {list(DECIDERS)}")
         layout = _bool(path, line, f"family {name!r} layout", spec.get("layout"))
         out[name] = Family(name, decider, layout)
     return out
@@ -209,7 +211,8 @@ def _parse_group(path: Path, line: int, name: str, spec: Any, families: Mapping[
     for form, form_line in zip(forms, forms.lines):
         if not isinstance(form, str) or not normalise_form(form):
             # YAML 1.1 reads bare on/off/yes/no as booleans
-            raise PredicateKnowledgeError(f"{path}:{form_line}: group {name!r} has form {form!r}, not a string; quote it")
+            raise PredicateKnowledgeError(f"{path}:{form_line}: group {name!r} has form {form!r}, not a string; "
+                                          "quote it")
     inverse = spec.get("inverse")
     if inverse is not None and not isinstance(inverse, str):
         raise PredicateKnowledgeError(f"{at}: group {name!r} has inverse {inverse!r}, not a group name; quote it")
@@ -223,10 +226,12 @@ def _parse_group(path: Path, line: int, name: str, spec: Any, families: Mapping[
     p_dir = spec.get("p_directional", 0.0 if symmetric else 1.0)
     if isinstance(p_dir, bool) or not isinstance(p_dir, (int, float)) or not 0.0 <= p_dir <= 1.0:
         raise PredicateKnowledgeError(f"{at}: group {name!r} p_directional={p_dir!r} is not a number in [0, 1]")
-    return SynonymGroup(name, family, tuple(normalise_form(f) for f in forms), inverse, symmetric, float(p_dir), contact)
+    return SynonymGroup(name, family, tuple(normalise_form(f) for f in forms), inverse, symmetric, float(p_dir),
+                        contact)
 
 
-def _parse_groups(path: Path, raw: Any, families: Mapping[str, Family]) -> tuple[dict[str, SynonymGroup], dict[str, str]]:
+def _parse_groups(path: Path, raw: Any,
+                  families: Mapping[str, Family]) -> tuple[dict[str, SynonymGroup], dict[str, str]]:
     if not isinstance(raw, _Lined) or not raw:
         raise PredicateKnowledgeError(f"{path}:1: 'groups' must be a non-empty mapping")
     groups: dict[str, SynonymGroup] = {}
