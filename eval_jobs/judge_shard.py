@@ -15,25 +15,21 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow.parquet as pq
 
+from eval_jobs.judge_config import JudgeBackendConfig, JudgeJobConfig
 from pipelines.annotate_shards import atomic_write, read_pending, write_incomplete
 from pipelines.annotate_stages import merge_counters
 from pipelines.vlm_calls import UNAVAILABLE, CallBreaker, call_outcomes
 from relate.judge import audit_table, build_graph_calls, build_relation_calls, parse_graph_verdict
 from relate.judge.protocol import select_deployed, select_matched, select_relative
 
-if TYPE_CHECKING:
-    from eval_jobs.judge import JudgeBackendConfig, JudgeJobConfig
-
 __all__ = ["render_shard", "shard_files", "earlier_calls", "calls_to_make", "write_shard", "run_shard"]
 
 
-def _config(cfg_dict: dict) -> "JudgeJobConfig":
-    from eval_jobs.judge import JudgeJobConfig  # the job module imports this one
-
+def _config(cfg_dict: dict) -> JudgeJobConfig:
     return JudgeJobConfig.model_validate(cfg_dict)
 
 
@@ -175,7 +171,7 @@ def write_shard(out_dir: str | Path, shard: str, rendered: list[dict], outcomes:
 _BREAKERS: dict[str, CallBreaker] = {}  # run id -> this process's breaker for that run
 
 
-def _judge_calls(cfg: "JudgeJobConfig", requests: list, breaker: CallBreaker) -> list:
+def _judge_calls(cfg: JudgeJobConfig, requests: list, breaker: CallBreaker) -> list:
     """Outcomes of ``requests`` in order, asked in chunks of ``max_consecutive_failures`` so that a
     tripped breaker stops the calls within a shard too; the calls after the trip are not made."""
     from actors.vlm.base import VLMOutcome
