@@ -11,18 +11,15 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from relate.jobinfo import eta_seconds, format_seconds
 from relate.losses import PredicateSpace, force_mask, relation_objective
+from train_jobs.relation_config import TrainRelationConfig
 from train_jobs.relation_eval import evaluate_split
 from train_jobs.run_files import ProgressLog, TensorBoardLog, maybe_kill
-
-if TYPE_CHECKING:
-    from train_jobs.train_relation import TrainRelationConfig
 
 __all__ = ["train_loop_per_worker", "quiet_reports", "TrainRunner"]
 
@@ -200,8 +197,6 @@ def _rung_side(base: int, rung: float, patch: int) -> int:
 def train_loop_per_worker(config: dict) -> None:
     import ray.train
     import ray.train.torch
-
-    from train_jobs.train_relation import TrainRelationConfig
 
     cfg = TrainRelationConfig.model_validate(config["cfg"])
     quiet_reports(cfg.run.log_reports)

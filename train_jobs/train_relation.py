@@ -26,84 +26,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import Field, model_validator
-
-from relate.config import StrictConfig, parse_job_args
+from relate.config import parse_job_args
 from relate.jobinfo import run_name
-from relate.losses import LossConfig
-from relate.model.config import RelationModelConfig
-from relate.placement import ResourcesConfig, scaling_config_kwargs
-from relate.storage import Location, is_uri, join, redact, resolve, uri_for
+from relate.placement import scaling_config_kwargs
+from relate.storage import is_uri, join, redact, resolve, uri_for
 from train_jobs import run_files
-from train_jobs.relation_data import DataConfig, DecodeStage, build_space, dropped_by_caps
+from train_jobs.relation_config import OptimConfig, RunSettings, TrainRelationConfig
+from train_jobs.relation_data import DecodeStage, build_space, dropped_by_caps
 from train_jobs.relation_worker import train_loop_per_worker
 from train_jobs.run_files import PROGRESS_LOG, RunError, RunState, new_run_name
 
 __all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "main",
            "resolve_storage_path", "progress_file", "RunError", "RunState", "new_run_name", "plan_run", "parse_args"]
-
-
-class OptimConfig(StrictConfig):
-    lr_head: float = Field(4e-4, gt=0, description="head learning rate (Table 14: 4e-4)")
-    lr_backbone: float = Field(5e-5, ge=0, description="backbone learning rate (Table 14: 5e-5, 8x below)")
-    weight_decay: float = Field(0.05, ge=0, description="AdamW weight decay")
-    warmup_steps: int = Field(50, ge=0, description="linear warm-up steps before the cosine decay")
-    epochs: int = Field(12, ge=1, description="passes over the training split (Table 14: 12)")
-    max_steps: int | None = Field(None, gt=0, description="stop after this many optimiser steps (overrides epochs)")
-    batch_size: int = Field(32, gt=0, description="images per worker per step (Table 14: 32 per GPU)")
-    grad_clip: float = Field(1.0, gt=0, description="gradient norm clip")
-    ema: float = Field(0.9998, ge=0, lt=1, description="EMA decay (Table 14: 0.9998); warmed up as (1+t)/(10+t)")
-    amp: bool = Field(True, description="bfloat16 autocast on GPU (ignored on CPU)")
-
-
-class RunSettings(StrictConfig):
-    name: str = Field("relation", description="run name: a new run's folder under storage_path is "
-                      "<name>-<UTC time>-<6 hex> (see unique_name); with resume, the folder of the run to continue")
-    unique_name: bool = Field(True, description="give a new run its own folder, <name>-<UTC time>-<6 hex>; false "
-                              "uses name as is, and an existing folder of that name is an error unless resume")
-    resume: bool = Field(False, description="continue the run in <storage_path>/<name> from its latest checkpoint "
-                         "(what --resume RUN sets); refused when it has no checkpoint or already reached its last step")
-    storage_path: Location = Field("runs/ray_train", description="RunConfig storage for checkpoints, progress.log and "
-                              "results: a local (on a cluster: shared) folder, resolved to an absolute path, or a "
-                              "pyarrow.fs URI passed to Ray as is (s3://bucket/runs, gs://bucket/runs; an "
-                              "S3-compatible endpoint as s3://bucket/runs?endpoint_override=host:9000&scheme=http). "
-                              "Credentials come "
-                              "from each node's default chain (AWS_* variables, instance role) or inline as "
-                              "s3://KEY:SECRET@bucket/...; printed and returned locations drop inline credentials "
-                              "(relate.storage)")
-    num_workers: int = Field(2, ge=1, description="DDP workers")
-    worker: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.75),
-                                    description="what each DDP worker reserves: num_gpus > 0 means one GPU each and nccl "
-                                                "(gloo otherwise), custom resources such as {trainer: 1} pin workers to "
-                                                "the training node group; on CPU leave some CPUs for Ray Data")
-    checkpoint_every: int = Field(50, gt=0, description="steps between checkpoints")
-    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in storage")
-    max_failures: int = Field(2, ge=0, description="worker-group restarts allowed (FailureConfig)")
-    seed: int = Field(0, description="seed for weights, rungs and augmentation")
-    val_every: int = Field(0, ge=0, description="validate every N steps on rank 0 (0: only at the end)")
-    val_images: int = Field(100, gt=0, description="validation images scored in the loop")
-    evaluate_test: bool = Field(True, description="after training, score the test split and the frequency baseline")
-    calibrate: bool = Field(True, description="after training, fit Platt (a, b) of Eq. 6 on the val split and install "
-                            "it in the final checkpoint (train_jobs.calibrate; a checkpoint at a URI is fitted on a "
-                            "temporary copy and its calibration.json written back)")
-    log_every: int = Field(10, gt=0, description="rank-0 console log interval in steps")
-    log_reports: bool = Field(False, description="keep Ray Train's own 'Reporting training result ...' line, "
-                              "logged by every worker at every step (off: the job log carries our step lines)")
-    kill_worker_at_step: int | None = Field(None, gt=0, description="fault drill: the last rank SIGKILLs itself once at this step")
-
-    @model_validator(mode="after")
-    def _check(self) -> "RunSettings":
-        if self.worker.num_gpus not in (0, 1):
-            raise ValueError(f"run.worker.num_gpus={self.worker.num_gpus}: a DDP worker takes no GPU or exactly one")
-        return self
-
-
-class TrainRelationConfig(StrictConfig):
-    model: RelationModelConfig = Field(default_factory=RelationModelConfig, description="architecture")
-    loss: LossConfig = Field(default_factory=LossConfig, description="objective weights (Table 14)")
-    data: DataConfig = Field(default_factory=DataConfig, description="corpus, vocabulary and input pipeline")
-    optim: OptimConfig = Field(default_factory=OptimConfig, description="optimiser and schedule")
-    run: RunSettings = Field(default_factory=RunSettings, description="Ray Train run settings")
 
 
 @dataclass
