@@ -75,7 +75,9 @@ class ConvertConfig(StrictConfig):
     threshold: float | None = Field(default=None, description="vlm: a fixed cosine threshold instead of calibrating")
     score: bool = Field(default=False, description="after writing, score the file on the benchmark (graph-"
                         "constrained and unconstrained) and add the metrics to the result")
-    protocol: Literal["sgb", "paper"] = Field(default="sgb", description="protocol of --score")
+    protocol: Literal["sgb", "paper"] = Field(default="sgb", description="protocol of --score, and the rules the "
+                                              "benchmark's ground truth is read by (sgb: Scene-Graph-Benchmark's "
+                                              "loader, whose image order an sgb output follows)")
     ks: list[int] = Field(default=[20, 50, 100], description="recall cut-offs of --score")
 
     @model_validator(mode="after")
@@ -161,7 +163,8 @@ def _score(cfg: ConvertConfig, bench) -> dict:
     for gc, mode in ((True, "graph_constrained"), (False, "unconstrained")):
         r = evaluate_scene_graphs(gt, sg, ks=cfg.ks, graph_constrained=gc, protocol=cfg.protocol, **kw)
         out[mode] = {k: v for k, v in r.metrics.items() if k.split("@")[0] in ("R", "mR") or not "@" in k}
-    return {"protocol": cfg.protocol, **out}
+    rows = bench.gt_rows()
+    return {"protocol": cfg.protocol, **out, **({"gt_rows": rows} if rows is not None else {})}
 
 
 def main(cfg: ConvertConfig) -> dict:
@@ -172,8 +175,9 @@ def main(cfg: ConvertConfig) -> dict:
         from eval_jobs.ovsgg_cells import load_benchmark
         from eval_jobs.ovsgg_config import BenchmarkSpec
 
+        # the protocol's loading rules: under sgb the image order and GT rows are SGB's own
         bench = load_benchmark(BenchmarkSpec(name="convert", axis="A1", reader=cfg.benchmark_reader,
-                                             path=cfg.benchmark_path, split=cfg.split))
+                                             path=cfg.benchmark_path, split=cfg.split), cfg.protocol)
     report: dict | None = None
     if cfg.source_format == "vlm":
         embed, matcher = _matcher(cfg)

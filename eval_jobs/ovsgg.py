@@ -169,7 +169,7 @@ def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
     dump_config(cfg, out / "config.yaml")
     a5 = {s.name: s.resolve_a5() for s in cfg.systems}  # a bad judge path fails before any work
     stages = _Stages(cfg)
-    benches = {b.name: stages.submit("read", b.name, b) for b in cfg.benchmarks}
+    benches = {b.name: stages.submit("read", b.name, b, cfg.protocol) for b in cfg.benchmarks}
     specs = {b.name: b for b in cfg.benchmarks}
     preds = {s.name: dict(s.predictions) for s in cfg.systems}
     if cfg.inference is not None:  # stage 2: the only place a model runs

@@ -24,10 +24,16 @@ from relate.metrics.federated import federated_scores
 from relate.metrics.openvocab import calibrate_synonym_threshold
 from relate.metrics.pairs import relations_covered
 
-__all__ = ["load_benchmark", "score_cell", "cell_axis", "axis_scores", "embed_fn", "synonym_groups"]
+__all__ = ["SGB_LOADED_READERS", "load_benchmark", "score_cell", "cell_axis", "axis_scores", "embed_fn", "synonym_groups"]
 
 
-def load_benchmark(spec: BenchmarkSpec) -> BenchmarkData:
+# readers that load ground truth by Scene-Graph-Benchmark's rules when the job's protocol is "sgb"
+SGB_LOADED_READERS = ("vg150", "indoorvg")
+
+
+def load_benchmark(spec: BenchmarkSpec, protocol: str = "paper") -> BenchmarkData:
+    """Read one benchmark split as ``spec`` says; under ``protocol`` "sgb" the VG readers keep the
+    ground truth Scene-Graph-Benchmark's loader keeps (its boxes, self relations, images)."""
     if spec.reader == "parquet":
         from relate.schema import CORPUS_SCHEMA, to_table
 
@@ -37,6 +43,11 @@ def load_benchmark(spec: BenchmarkSpec) -> BenchmarkData:
     kw: dict[str, Any] = {"split": spec.split, **spec.reader_options}
     if spec.reader == "hico_det" and spec.axis == "A2":
         kw["cells"] = True
+    if spec.reader in SGB_LOADED_READERS:
+        if kw.get("protocol", protocol) != protocol:
+            raise ValueError(f"benchmark {spec.name!r}: reader_options protocol {kw['protocol']!r} disagrees with the "
+                             f"job's protocol {protocol!r}; the ground truth is loaded by the rules it is scored by")
+        kw["protocol"] = protocol
     try:
         return read_benchmark(spec.reader, spec.path, **kw)
     except TypeError as exc:  # an option the reader does not take
@@ -88,6 +99,8 @@ def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.
     gt = load_ground_truth(bench.corpus)
     V = spec.vocabulary_size or bench.vocabulary_size or int(gt.predicates.size)
     out: dict[str, Any] = {"axis": spec.axis, "benchmark": spec.name, "vocabulary_size": V}
+    if bench.gt_rows() is not None:  # the reference loader's row counts beside ours (equal under sgb)
+        out["gt_rows"] = bench.gt_rows()
     boot = cfg.bootstrap.resamples > 0
     recall_kit = boot and cfg.protocol == "paper"  # sgb keeps no per-image state
     rk: dict[str, Any] = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, matcher=cfg.matcher,

@@ -147,7 +147,8 @@ class OVSGGConfig(StrictConfig):
         default="paper", description="A1/A4 recall rules: 'paper' (dedup GT, every GT image counts, mR over "
         "predicates with GT) or 'sgb' (Scene-Graph-Benchmark.pytorch's evaluation: +1-pixel float32 IoU with "
         "labels, GT rows as given, images without GT or without predictions skipped, mR over the benchmark's "
-        "whole predicate list, triplet scores times object scores)")
+        "whole predicate list, triplet scores times object scores; the vg150 / indoorvg readers then load the "
+        "ground truth as its loader does: integer corners, clipping to the last pixel, self relations kept)")
     num_cpus_per_task: float = Field(default=0.5, gt=0, description="CPUs per scoring task")
     inference: InferenceSpec | None = Field(default=None, description="optional model inference step")
     synonyms: SynonymSpec = Field(default_factory=SynonymSpec, description="A3 synonym matcher")

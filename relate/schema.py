@@ -196,7 +196,7 @@ def _check_strings(struct: pa.StructArray, name: str, parent, child, where: _Whe
         _first_bad(bad, parent, where, f"{field}.{name}", f"must be one of {list(allowed)}", vals, child)
 
 
-def _check_pairs(struct, parent, child, n_boxes, where: _Where, field: str) -> None:
+def _check_pairs(struct, parent, child, n_boxes, where: _Where, field: str, allow_self_loops: bool = False) -> None:
     s = struct.field("subject").to_numpy(zero_copy_only=False)
     o = struct.field("object").to_numpy(zero_copy_only=False)
     for name, idx in (("subject", s), ("object", o)):
@@ -206,15 +206,21 @@ def _check_pairs(struct, parent, child, n_boxes, where: _Where, field: str) -> N
         bad = (idx < 0) | (idx >= nb)
         _first_bad(bad, parent, where, f"{field}.{name}",
                    f"index out of range for the image's boxes (has {nb[bad][0] if bad.any() else 0})", idx, child)
-    _first_bad(s == o, parent, where, field, "self-loop: subject == object", s, child)
+    if not allow_self_loops:
+        _first_bad(s == o, parent, where, field, "self-loop: subject == object", s, child)
 
 
 def _ids(table: pa.Table) -> list[str] | None:
     return table.column("image_id").to_pylist() if "image_id" in table.column_names else None
 
 
-def validate_images(table: pa.Table, *, name: str = "images") -> np.ndarray:
-    """Check image records and their boxes; returns the number of boxes per image."""
+def validate_images(table: pa.Table, *, name: str = "images", allow_flat_boxes: bool = False) -> np.ndarray:
+    """Check image records and their boxes; returns the number of boxes per image.
+
+    ``allow_flat_boxes`` accepts x2 == x1 (or y2 == y1): Scene-Graph-Benchmark clips a box that
+    starts on the last pixel column to zero extent and, counting ``x2 - x1 + 1`` pixels, still
+    scores it as one pixel wide; its ground truth under the ``sgb`` protocol needs them as they are.
+    """
     where = _Where(name, _ids(table))
     for col in ("image_id", "uri", "source"):
         arr = table.column(col).combine_chunks()
@@ -234,19 +240,29 @@ def validate_images(table: pa.Table, *, name: str = "images") -> np.ndarray:
     for k, v in (("x1", x1), ("y1", y1), ("x2", x2), ("y2", y2)):
         _first_bad(~np.isfinite(v), parent, where, f"boxes.{k}", "is NaN or infinite", v, child)
         _first_bad(v < 0, parent, where, f"boxes.{k}", "is negative", v, child)
-    _first_bad(x2 <= x1, parent, where, "boxes.x2", "must be greater than x1 (inverted or empty box)", x2, child)
-    _first_bad(y2 <= y1, parent, where, "boxes.y2", "must be greater than y1 (inverted or empty box)", y2, child)
+    if allow_flat_boxes:
+        _first_bad(x2 < x1, parent, where, "boxes.x2", "must not be smaller than x1 (inverted box)", x2, child)
+        _first_bad(y2 < y1, parent, where, "boxes.y2", "must not be smaller than y1 (inverted box)", y2, child)
+    else:
+        _first_bad(x2 <= x1, parent, where, "boxes.x2", "must be greater than x1 (inverted or empty box)", x2, child)
+        _first_bad(y2 <= y1, parent, where, "boxes.y2", "must be greater than y1 (inverted or empty box)", y2, child)
     _first_bad(x2 > w[parent] + 0.5, parent, where, "boxes.x2", "lies beyond the image width", x2, child)
     _first_bad(y2 > h[parent] + 0.5, parent, where, "boxes.y2", "lies beyond the image height", y2, child)
     return pc.list_value_length(table.column("boxes").combine_chunks()).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def validate_corpus(table: pa.Table, *, name: str = "corpus") -> None:
-    """Images and boxes as :func:`validate_images`, plus every relation against its boxes."""
-    n_boxes = validate_images(table, name=name)
+def validate_corpus(table: pa.Table, *, name: str = "corpus", allow_self_loops: bool = False,
+                    allow_flat_boxes: bool = False) -> None:
+    """Images and boxes as :func:`validate_images`, plus every relation against its boxes.
+
+    The two ``allow_*`` switches admit what Scene-Graph-Benchmark's loader keeps and the project
+    otherwise refuses (a relation from a box to itself; a box clipped to zero extent), for ground
+    truth read under the ``sgb`` protocol only; nothing is trained on such a table.
+    """
+    n_boxes = validate_images(table, name=name, allow_flat_boxes=allow_flat_boxes)
     where = _Where(name, _ids(table))
     rel, parent, child = _flatten(table.column("relations"))
-    _check_pairs(rel, parent, child, n_boxes, where, "relations")
+    _check_pairs(rel, parent, child, n_boxes, where, "relations", allow_self_loops)
     _check_strings(rel, "predicate", parent, child, where, "relations")
     _check_strings(rel, "pass", parent, child, where, "relations", PASSES)
     _check_strings(rel, "gate", parent, child, where, "relations", GATE_OUTCOMES)

@@ -56,10 +56,31 @@ class BenchmarkData:
     predicates: tuple[str, ...] = () # the benchmark's own predicate vocabulary, in its order
     notes: Mapping[str, int] = field(default_factory=dict)  # what the reader skipped or changed, by reason
     excluded: tuple[str, ...] = ()   # image ids removed by a leakage exclusion list
+    # images / boxes / relations the field's reference loader keeps for this split (VG150, IndoorVG:
+    # Scene-Graph-Benchmark's load_graphs), counted from the native file's index ranges rather than
+    # from the rows built, so a reader that loses or adds a row shows against it; {} where none
+    loader_rows: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def vocabulary_size(self) -> int:
         return len(self.predicates)
+
+    def row_counts(self) -> dict[str, int]:
+        """Images, boxes and relation rows of the corpus as read (a repeated relation counts each time)."""
+        count = lambda col: int(pc.sum(pc.list_value_length(self.corpus.column(col))).as_py() or 0)  # noqa: E731
+        return {"images": self.corpus.num_rows, "boxes": count("boxes"), "relations": count("relations")}
+
+    def gt_rows(self) -> dict[str, Any] | None:
+        """The reference loader's counts beside this reader's, and whether they agree; None when the
+        reader follows no reference loader. Results carry it so a parity claim is checked per run."""
+        if not self.loader_rows:
+            return None
+        read = self.row_counts()
+        out = {"reference_loader": dict(self.loader_rows), "reader": read,
+               "equal": all(read.get(k) == v for k, v in self.loader_rows.items())}
+        if self.excluded:  # a leakage list removes images the reference loader would score
+            out["excluded_images"] = len(self.excluded)
+        return out
 
 
 def make_box(x1: float, y1: float, x2: float, y2: float, category: str | None) -> dict[str, Any]:
@@ -77,8 +98,10 @@ def require_images(rows: list, *, name: str, where: str | Path, split: str, pres
                           + (f"; the file holds images of split(s) {have}" if have else ""))
 
 
-def build_tables(name: str, images: Iterable[Mapping[str, Any]]) -> tuple[pa.Table, pa.Table | None]:
-    """Rows with boxes/relations (and optional ``cells``) -> validated corpus (+ cells) tables."""
+def build_tables(name: str, images: Iterable[Mapping[str, Any]], *, allow_self_loops: bool = False,
+                 allow_flat_boxes: bool = False) -> tuple[pa.Table, pa.Table | None]:
+    """Rows with boxes/relations (and optional ``cells``) -> validated corpus (+ cells) tables.
+    The ``allow_*`` switches are :func:`relate.schema.validate_corpus`'s (``sgb`` ground truth only)."""
     rows, cell_rows, any_cells = [], [], False
     for r in images:
         r = dict(r)
@@ -87,7 +110,7 @@ def build_tables(name: str, images: Iterable[Mapping[str, Any]]) -> tuple[pa.Tab
         cell_rows.append({"image_id": r["image_id"], "cells": cells or []})
         rows.append(r)
     corpus = to_table(rows, CORPUS_SCHEMA, table=name)
-    validate_corpus(corpus, name=name)
+    validate_corpus(corpus, name=name, allow_self_loops=allow_self_loops, allow_flat_boxes=allow_flat_boxes)
     if not any_cells:
         return corpus, None
     cells = to_table(cell_rows, CELLS_SCHEMA, table=f"{name} cells")
