@@ -1,8 +1,9 @@
 """Input limits, image decoding and authentication for the ingress: bad input is a 4xx, never a crash.
 
-Every check runs before a model sees the request. Images are opened lazily and their header
-size is checked before any pixel is decoded, so a decompression bomb (a tiny PNG declaring
-50,000 x 50,000 pixels) costs nothing; PIL's own bomb guard is kept as a second line.
+Every check runs before a model sees the request. Images and boxes are checked by
+``relate.inputs`` (the same functions ``relate predict`` uses: a decompression bomb is refused
+from its header before any pixel is decoded); this module applies the configured limits and
+turns a refusal into an HTTP error.
 """
 
 from __future__ import annotations
@@ -10,11 +11,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import io
 import json
 import logging
-import struct
-import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -23,14 +21,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serve_apps.auth import AuthConfigError, read_token, token_matches
+from relate import inputs
+from relate.inputs import InputError
 from relate.rle import RLEError, check_rle
+from serve_apps.auth import AuthConfigError, read_token, token_matches
 from serve_apps.config import SecuritySettings
 
 __all__ = ["STATE", "configure", "ApiError", "BodyLimitMiddleware", "check_token", "resolve_token", "decode_base64", "decode_image",
            "validate_boxes", "validate_masks", "validate_triplets", "validate_strings", "install_error_handlers", "error_response"]
 
-_FORMATS = {"PNG", "JPEG", "WEBP", "BMP"}
+# relate.inputs says what is wrong; which HTTP status that is belongs to the ingress
+_STATUS = {"bad_image": 400, "unsupported_image": 415, "image_too_large": 413, "invalid_regions": 422,
+           "too_many_regions": 422}
 _log = logging.getLogger("ray.serve")
 
 
@@ -143,63 +145,26 @@ def decode_base64(text: str, field: str = "image") -> bytes:
         raise ApiError(400, "bad_image", f"{field}: not valid base64 ({exc})") from None
 
 
+def _api_error(exc: InputError) -> ApiError:
+    return ApiError(_STATUS[exc.code], exc.code, str(exc))
+
+
 def decode_image(data: bytes, settings: SecuritySettings, field: str = "image") -> np.ndarray:
-    """Encoded bytes -> (H, W, 3) uint8, refusing unknown formats and oversized images before decoding.
-
-    Images arrive as a camera or a browser writes them: the EXIF orientation is applied (so boxes
-    are checked against the picture the client sees), and 16-bit greyscale is scaled to 8 bits,
-    not clipped to white as PIL's own conversion does."""
-    from PIL import Image, ImageOps
-
-    if not data:
-        raise ApiError(400, "bad_image", f"{field}: empty file")
+    """Encoded bytes -> (H, W, 3) uint8 under the configured size limits (``relate.inputs.decode_image``)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            im = Image.open(io.BytesIO(data))
-            fmt, (w, h) = im.format, im.size
-            if fmt not in _FORMATS:
-                raise ApiError(415, "unsupported_image", f"{field}: format {fmt} not accepted; use one of {sorted(_FORMATS)}")
-            if w * h > settings.max_image_pixels or max(w, h) > settings.max_image_side:
-                raise ApiError(413, "image_too_large", f"{field}: {w}x{h} exceeds the limit of "
-                                                       f"{settings.max_image_pixels} pixels / {settings.max_image_side} px per side")
-            im.load()
-            im = ImageOps.exif_transpose(im)
-            return _to_rgb8(im)
-    except ApiError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ApiError(413, "image_too_large", f"{field}: rejected as a decompression bomb ({exc})") from None
-    except (OSError, SyntaxError, ValueError, EOFError, MemoryError, TypeError, struct.error) as exc:
-        raise ApiError(400, "bad_image", f"{field}: not a decodable image ({type(exc).__name__}: {exc})") from None
-
-
-def _to_rgb8(im) -> np.ndarray:
-    """(H, W, 3) uint8 from any decoded mode; 16-bit and 32-bit integer greyscale are rescaled."""
-    if im.mode.startswith("I;16") or im.mode == "I":
-        grey = np.asarray(im).astype(np.int64)
-        if im.mode == "I" and grey.max(initial=0) > 65535:  # 32-bit data: scale by its own range
-            grey = grey * 65535 // max(int(grey.max()), 1)
-        grey = ((np.clip(grey, 0, 65535) + 128) // 257).astype(np.uint8)  # 65535 -> 255, 0 -> 0
-        return np.repeat(grey[:, :, None], 3, axis=2)
-    return np.asarray(im.convert("RGB"))
+        return inputs.decode_image(data, settings.max_image_pixels, settings.max_image_side, field)
+    except InputError as exc:
+        raise _api_error(exc) from None
 
 
 def validate_boxes(boxes: Sequence[Any], width: int, height: int, settings: SecuritySettings,
                    field: str = "boxes", min_count: int = 2) -> np.ndarray:
     """(N, 4) float array; every box finite, non-empty and inside the image, else 422 naming it."""
-    if len(boxes) < min_count:
-        raise ApiError(422, "invalid_regions", f"{field}: need at least {min_count} regions, got {len(boxes)}")
-    if len(boxes) > settings.max_regions:
-        raise ApiError(422, "too_many_regions", f"{field}: {len(boxes)} regions exceed the limit of {settings.max_regions}")
-    arr = np.array([[b.x1, b.y1, b.x2, b.y2] for b in boxes], dtype=np.float64).reshape(-1, 4)
-    for i, (x1, y1, x2, y2) in enumerate(arr):
-        if not np.isfinite([x1, y1, x2, y2]).all():
-            raise ApiError(422, "invalid_regions", f"{field}[{i}]: coordinates must be finite numbers")
-        if not (0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
-            raise ApiError(422, "invalid_regions", f"{field}[{i}] = ({x1:g}, {y1:g}, {x2:g}, {y2:g}): must satisfy "
-                                                   f"0 <= x1 < x2 <= {width} and 0 <= y1 < y2 <= {height} (image size)")
-    return arr
+    try:
+        return inputs.check_boxes([(b.x1, b.y1, b.x2, b.y2) for b in boxes], width, height, settings.max_regions,
+                                  field, min_count)
+    except InputError as exc:
+        raise _api_error(exc) from None
 
 
 def validate_masks(masks: Sequence[Any], width: int, height: int, settings: SecuritySettings) -> dict[str, Any]:
