@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from actors.detector import DetectorConfig
 from actors.judge import JudgeConfig
 from relate.config import StrictConfig
+from relate.detector import DetectorConfig
 from relate.model.config import RelationModelConfig
 from relate.placement import ResourcesConfig, serve_actor_options
 from serve_apps.auth import is_loopback
