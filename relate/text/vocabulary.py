@@ -8,6 +8,7 @@ form, and systematic modifiers over the spatial-like groups ("far above", "partl
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -16,7 +17,7 @@ from relate.predicate_knowledge import load_inverse_pairs, load_synonym_groups
 from relate.text.resources import base_form, load_modifiers, normalise_predicate
 
 __all__ = ["build_vocabulary", "load_vocabulary_file", "VocabularyError", "modified_forms",
-           "modified_base_pairs", "derived_inverse_pairs"]
+           "modified_base_pairs", "derived_inverse_pairs", "vocabulary_key"]
 
 
 class VocabularyError(ValueError):
@@ -82,6 +83,13 @@ def load_vocabulary_file(path: str | Path) -> list[str]:
     if not seen:
         raise VocabularyError(f"vocabulary file {p} holds no predicate strings")
     return list(seen)
+
+
+def vocabulary_key(strings: Sequence[str]) -> str:
+    """Content hash of a vocabulary (order matters: indices in the bank follow it); the Serve
+    deployment keys its bank cache by it and labels a request's bank with its first 12 digits, as
+    ``relate predict`` does."""
+    return hashlib.sha256("\n".join(strings).encode()).hexdigest()
 
 
 def modified_base_pairs(strings: Iterable[str]) -> list[tuple[str, str]]:

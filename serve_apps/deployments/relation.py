@@ -13,14 +13,14 @@ as Serve metrics (``serve_apps.metrics``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from ray import serve
 
 from relate.rle import decode_rle
+from relate.text.vocabulary import vocabulary_key
 from serve_apps.config import RelationSettings
 from serve_apps.metrics import replica_metrics
 
@@ -46,11 +46,6 @@ def load_predictor(settings: RelationSettings):
     model = create_relation_model(rnd.model)
     bank = build_bank(rnd.vocabulary or all_surface_forms(), encoder_name=rnd.text_encoder)
     return RelationPredictor(model, bank, device=settings.device, batch_size=settings.max_batch_size)
-
-
-def vocabulary_key(strings: Sequence[str]) -> str:
-    """Content hash of a vocabulary (order matters: indices in the bank follow it)."""
-    return hashlib.sha256("\n".join(strings).encode()).hexdigest()
 
 
 class BankCache:
