@@ -5,7 +5,7 @@
 
 Images: files, folders (their .jpg/.jpeg/.png/.webp/.bmp files; ``--recursive`` for subfolders) or
 glob patterns (``"shots/**/*.jpg"``). They are decoded as the Serve API decodes uploads
-(``serve_apps.security.decode_image``): the EXIF orientation is applied, greyscale, palette, RGBA,
+(``relate.inputs.decode_image``): the EXIF orientation is applied, greyscale, palette, RGBA,
 CMYK and 16-bit images become 8-bit RGB. Boxes are in pixels of the image as displayed (after the
 EXIF rotation), the same coordinates the API takes.
 
@@ -21,7 +21,7 @@ Regions come from a boxes file or a detector:
   An image is matched by the path as given on the command line, then by its path relative to the
   folder it was found in, then by its file name (refused when two inputs share it).
 
-* ``--detector MODEL``: an open-vocabulary detector (``actors.detector``: OWLv2, OWL-ViT or
+* ``--detector MODEL``: an open-vocabulary detector (``relate.detector``: OWLv2, OWL-ViT or
   Grounding DINO, by hub id or local folder; with ``HF_HUB_OFFLINE=1`` only local or cached ones),
   with ``--queries``, ``--detector-threshold`` and ``--max-boxes``.
 
@@ -47,15 +47,18 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Sequence
 
 import numpy as np
+
+from relate.inputs import InputError, check_boxes, decode_image
 
 __all__ = ["add_arguments", "run", "main", "collect_images", "read_boxes_file", "read_vocabulary", "ImageJob",
            "IMAGE_SUFFIXES"]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+# A photo on disk may be larger than an upload the API accepts; PIL's own bomb guard still applies.
+_MAX_PIXELS, _MAX_SIDE, _MAX_REGIONS = 178_956_970, 65_500, 1000
 
 
 class UsageError(ValueError):
@@ -248,9 +251,6 @@ def _out_stem(job: ImageJob, out: Path, taken: set[Path]) -> Path:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from serve_apps import security as S
-    from serve_apps.config import SecuritySettings
-
     jobs = collect_images(args.inputs, args.recursive)
     vocabulary = read_vocabulary(args.vocabulary, args.vocabulary_file)
     if args.topk <= 0:
@@ -258,8 +258,6 @@ def run(args: argparse.Namespace) -> int:
     boxes_for = _match_boxes(read_boxes_file(args.boxes), jobs) if args.boxes else None
     if args.threads:
         torch.set_num_threads(args.threads)
-    # a photo on disk may be larger than an upload the API accepts; PIL's own bomb guard still applies
-    sec = SecuritySettings(max_image_pixels=178_956_970, max_image_side=65_500, max_regions=1000)
 
     from relate.api import load_model
 
@@ -268,12 +266,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--threshold needs a calibrated checkpoint (its Platt a, b are not fitted); use --topk")
     detector = queries = None
     if args.detector:
-        from actors.detector import DetectorActor, DetectorConfig
+        from relate.detector import Detector, DetectorConfig
 
-        detector = DetectorActor(DetectorConfig(mode="transformers", model=args.detector))
+        detector = Detector(DetectorConfig(mode="transformers", model=args.detector))
         queries = [q.strip() for q in args.queries.split(",") if q.strip()] if args.queries else None
     if vocabulary is not None:
-        from serve_apps.deployments.relation import vocabulary_key
+        from relate.text.vocabulary import vocabulary_key
 
         strings, label = tuple(predictor.add_vocabulary(vocabulary)), "request:" + vocabulary_key(vocabulary)[:12]
     else:
@@ -287,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     for job in items:
         idx = index[id(job)]
         try:
-            body, image = _one(job, idx, predictor, strings, label, vocabulary, boxes_for, detector, queries, args, sec, S)
+            body, image = _one(job, idx, predictor, strings, label, vocabulary, boxes_for, detector, queries, args)
         except _Skip as exc:
             failures.append((job.given, str(exc)))
             report(f"error: {job.given}: {exc}")
@@ -313,25 +311,24 @@ class _Skip(Exception):
     """This image cannot be processed; the message says why."""
 
 
-def _one(job, idx, predictor, strings, label, vocabulary, boxes_for, detector, queries, args, sec, S):
+def _one(job, idx, predictor, strings, label, vocabulary, boxes_for, detector, queries, args):
     try:
         data = job.path.read_bytes()
     except OSError as exc:
         raise _Skip(f"cannot read the file ({exc.strerror or exc})") from None
     try:
-        image = S.decode_image(data, sec, field="image")
-    except S.ApiError as exc:
-        raise _Skip(exc.detail) from None
+        image = decode_image(data, _MAX_PIXELS, _MAX_SIDE, field="image")
+    except InputError as exc:
+        raise _Skip(str(exc)) from None
     h, w = image.shape[:2]
     if boxes_for is not None:
         if idx not in boxes_for:
             raise _Skip(f"no boxes for this image in {args.boxes}")
         given = boxes_for[idx]
         try:
-            arr = S.validate_boxes([SimpleNamespace(x1=b[0], y1=b[1], x2=b[2], y2=b[3]) for b, _ in given],
-                                   w, h, sec, field=f"boxes for {job.given}")
-        except S.ApiError as exc:
-            raise _Skip(exc.detail) from None
+            arr = check_boxes([b for b, _ in given], w, h, _MAX_REGIONS, field=f"boxes for {job.given}")
+        except InputError as exc:
+            raise _Skip(str(exc)) from None
         regions = [{"x1": float(b[0]), "y1": float(b[1]), "x2": float(b[2]), "y2": float(b[3]), "score": 1.0,
                     "label": lab} for (b, lab) in given]
     else:
