@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import pickle
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from train_jobs.relation_config import TrainRelationConfig
 from train_jobs.relation_eval import evaluate_split
 from train_jobs.run_files import ProgressLog, TensorBoardLog, maybe_kill
 
-__all__ = ["train_loop_per_worker", "quiet_reports", "TrainRunner"]
+__all__ = ["train_loop_per_worker", "quiet_reports", "TrainRunner", "load_train_state"]
 
 # Rank 0's step lines go through a logger, not print: inside a Ray Train worker, print is patched
 # to log *and* echo to the captured stdout, so every printed line reached the job log twice.
@@ -141,7 +142,7 @@ class TrainRunner:
                    folder / "train_state.pt")
 
     def load_checkpoint(self, folder: Path) -> None:
-        st = torch.load(folder / "train_state.pt", map_location=self.device, weights_only=False)
+        st = load_train_state(folder / "train_state.pt", self.device)
         self.raw.load_state_dict(st["model"])
         self.ema.state = st["ema"]
         self.opt.load_state_dict(st["opt"])
@@ -149,6 +150,20 @@ class TrainRunner:
         self._offset, self._clock = float(st.get("train_seconds", 0.0)), time.perf_counter()
         self.resumed_from = self.step
         self.rng.bit_generator.state = st["rng"]
+
+
+def load_train_state(path: Path, device: torch.device | str = "cpu") -> dict:
+    """The resumable state ``save_checkpoint`` wrote, read with torch's weights-only unpickler.
+
+    Run storage may be a shared bucket, and a full unpickle runs whatever code a crafted file
+    names in every worker that resumes from it. The state holds only tensors, numbers, strings and
+    containers (the numpy generator's state is a dict of ints), so nothing else is allowed in."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ValueError(f"{path}: refused to load: it holds objects other than tensors and plain containers, "
+                         f"which a training state never does (the file may have been tampered with): "
+                         f"{str(exc).splitlines()[0]}") from None
 
 
 def _say(line: str) -> None:

@@ -8,6 +8,7 @@ from ``timm.data.resolve_model_data_config`` and ``timm.data.create_transform``.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,7 +29,13 @@ def load_state_dict_file(path: str) -> dict[str, torch.Tensor]:
 
         sd: Any = load_file(path)
     else:
-        sd = torch.load(path, map_location="cpu", weights_only=False)
+        # weights only: a full unpickle of a downloaded file runs whatever code it names
+        try:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise ValueError(f"{path}: refused to load: it holds objects other than tensors and plain containers "
+                             "(a full training checkpoint?); save its state dict alone, or as .safetensors: "
+                             f"{str(exc).splitlines()[0]}") from None
     for key in ("state_dict", "model", "teacher"):  # Lightning/DeiT, SwAV/VICReg, DINO
         if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
             sd = sd[key]
