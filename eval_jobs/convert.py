@@ -79,6 +79,9 @@ class ConvertConfig(StrictConfig):
                                               "benchmark's ground truth is read by (sgb: Scene-Graph-Benchmark's "
                                               "loader, whose image order an sgb output follows)")
     ks: list[int] = Field(default=[20, 50, 100], description="recall cut-offs of --score")
+    require_category: bool | None = Field(default=None, description="--score under paper: unset scores object "
+                                          "labels whenever the file carries them; false: label-agnostic (IoU "
+                                          "alone); the result names which (object_labels). sgb: always labels")
 
     @model_validator(mode="after")
     def _needs(self) -> "ConvertConfig":
@@ -93,6 +96,8 @@ class ConvertConfig(StrictConfig):
             raise ValueError(f"--from {self.source_format} needs the image order: a benchmark or --image-ids")
         if (self.source_format == "vlm" or self.score) and not has_bench:
             raise ValueError("--from vlm and --score need the benchmark (--benchmark-reader, --benchmark-path)")
+        if self.protocol == "sgb" and self.require_category is False:
+            raise ValueError("--require-category false (label-agnostic) is a paper option; sgb links boxes by label")
         return self
 
 
@@ -158,11 +163,13 @@ def _score(cfg: ConvertConfig, bench) -> dict:
 
     gt = load_ground_truth(bench.corpus)
     sg = load_scene_graphs(cfg.out, gt)
-    kw = {"predicates": list(bench.predicates)} if cfg.protocol == "sgb" else {}
-    out = {}
+    kw = ({"predicates": list(bench.predicates)} if cfg.protocol == "sgb"
+          else {"require_category": cfg.require_category})
+    out: dict[str, Any] = {}
     for gc, mode in ((True, "graph_constrained"), (False, "unconstrained")):
         r = evaluate_scene_graphs(gt, sg, ks=cfg.ks, graph_constrained=gc, protocol=cfg.protocol, **kw)
         out[mode] = {k: v for k, v in r.metrics.items() if k.split("@")[0] in ("R", "mR") or not "@" in k}
+        out["object_labels"] = r.object_labels
     rows = bench.gt_rows()
     return {"protocol": cfg.protocol, **out, **({"gt_rows": rows} if rows is not None else {})}
 

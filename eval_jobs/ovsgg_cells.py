@@ -73,7 +73,7 @@ def _scene_graphs_cell(spec: BenchmarkSpec, bench: BenchmarkData, gt, prediction
                        cfg: OVSGGConfig, out: dict) -> dict | None:
     """A1/A4 from a file carrying its own objects (SCENE_GRAPHS_SCHEMA, e.g. an SGB / OpenPSG output
     from eval_jobs.convert): predcls / sgcls / sgdet linked to the GT by IoU; None for other files."""
-    from relate.metrics.scene_graphs import evaluate_scene_graphs, load_scene_graphs
+    from relate.metrics.scene_graphs import evaluate_scene_graphs, labels_scored, load_scene_graphs
 
     cols = pq.read_schema(predictions).names if isinstance(predictions, str) else predictions.column_names
     if "objects" not in cols:
@@ -82,12 +82,14 @@ def _scene_graphs_cell(spec: BenchmarkSpec, bench: BenchmarkData, gt, prediction
     kw: dict[str, Any] = dict(ks=cfg.ks, graph_constrained=cfg.graph_constrained, iou_threshold=spec.iou_threshold)
     if cfg.protocol == "sgb":
         kw.update(protocol="sgb", predicates=list(bench.predicates))
-    else:
-        kw.update(matcher=cfg.matcher, require_category=spec.require_category, per_image=True)
+        scored = True
+    else:  # labels count whenever the file predicts them, unless the spec says otherwise
+        scored = labels_scored(sg, spec.require_category)
+        kw.update(matcher=cfg.matcher, require_category=scored, per_image=True)
     _put_recall(out, evaluate_scene_graphs(gt, sg, **kw))
-    if spec.axis == "A4":  # the ceiling of the boxes that were scored: the file's own objects
+    if spec.axis == "A4":  # the ceiling of the boxes that were scored, linked by the same rule
         out["pair_recall"] = pair_recall_ceiling(gt, sg.objects, iou_threshold=spec.iou_threshold,
-                                                 require_category=spec.require_category,
+                                                 require_category=scored,
                                                  one_to_one=cfg.matcher == "one_to_one" and cfg.protocol == "paper")
     return out
 
@@ -114,9 +116,11 @@ def score_cell(spec: BenchmarkSpec, bench: BenchmarkData, predictions: str | pa.
         det = load_detections(pq.read_table(spec.detections), gt, name=spec.detections)
         nb = dict(zip(gt.image_ids.tolist(), det.n_boxes.tolist()))
         preds = load_predictions(predictions, gt, n_boxes=nb)
-        extra = {} if cfg.protocol == "sgb" else {"require_category": spec.require_category}  # sgb: labels always
+        # the detector's classes are not the system's: unless the spec asks, they do not gate a link (sgb: always)
+        scored = cfg.protocol == "sgb" or bool(spec.require_category)
+        extra = {} if cfg.protocol == "sgb" else {"require_category": scored}
         _put_recall(out, evaluate_recall(gt, preds, detections=det, iou_threshold=spec.iou_threshold, **extra, **rk))
-        ceil = dict(iou_threshold=spec.iou_threshold, require_category=spec.require_category,
+        ceil = dict(iou_threshold=spec.iou_threshold, require_category=scored,
                     one_to_one=cfg.matcher == "one_to_one" and cfg.protocol == "paper")
         out["pair_recall"] = pair_recall_ceiling(gt, det, **ceil)
         if recall_kit:

@@ -26,7 +26,12 @@ class BenchmarkSpec(StrictConfig):
     split: str = Field(default="test", description="split to evaluate")
     detections: LocationValue | None = Field(default=None, description="A4: IMAGE_SCHEMA Parquet of the shared detector's boxes")
     iou_threshold: float = Field(default=0.5, gt=0, le=1, description="A4: IoU for a detection to match a GT box")
-    require_category: bool = Field(default=False, description="A4: the detected class must agree as well")
+    require_category: bool | None = Field(
+        default=None, description="whether a box links to a GT box only under the same label: unset scores labels "
+        "whenever the system predicts them (a scene-graphs file whose objects carry labels: sgcls, sgdet) and "
+        "links by IoU alone where it predicts none (a label-free system's file; plain predictions on the shared "
+        "A4 detector's boxes, whose classes are the detector's); true or false forces label-scored or "
+        "label-agnostic ('paper' only; 'sgb' always scores labels). Cells name it: recall.object_labels")
     min_support: int = Field(default=5, ge=1, description="A2: positives a predicate needs to enter mean fAP")
     vocabulary_size: int | None = Field(default=None, ge=1, description="V for the 1/V recall chance "
                                         "(default: the benchmark's own predicate list)")
@@ -165,6 +170,10 @@ class OVSGGConfig(StrictConfig):
             raise ValueError(f"benchmark names must be unique, got {names}")
         if self.protocol == "sgb" and "matcher" in self.model_fields_set and self.matcher != "legacy":
             raise ValueError(f"protocol 'sgb' credits many-to-many (matcher 'legacy'); got matcher {self.matcher!r}")
+        agnostic = [b.name for b in self.benchmarks if b.require_category is False]
+        if self.protocol == "sgb" and agnostic:
+            raise ValueError(f"protocol 'sgb' links boxes by label; benchmark(s) {agnostic} ask for label-agnostic "
+                             "scoring (require_category: false), a 'paper' option")
         if self.headline_k not in self.ks:
             raise ValueError(f"headline_k={self.headline_k} must be one of ks={self.ks}")
         for s in self.systems:

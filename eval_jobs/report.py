@@ -33,6 +33,10 @@ def _pair(a: Any, b: Any) -> str:
     return f"{format_pct(a)} ({format_pct(b)})"
 
 
+# how a recall cell's boxes met the GT's (RecallResult.object_labels); predcls on GT boxes links by index
+_LABELS = {"scored": "object labels scored", "agnostic": "label-agnostic"}
+
+
 def _cell_text(cell: dict | None, k: int) -> tuple[str, str]:
     """(value text, note) for one system's cell."""
     if cell is None:
@@ -40,10 +44,12 @@ def _cell_text(cell: dict | None, k: int) -> tuple[str, str]:
     ax = cell["axis"]
     if ax in ("A1", "A4"):
         m = cell["recall"]["metrics"]
+        labels = _LABELS.get(cell["recall"].get("object_labels"), "")
         if ax == "A1":
             note = f"triplet mass {format_pct(cell['triplet_mass']['triple'], 0)}%" if "triplet_mass" in cell else ""
-            return _pair(m[f"F1@{k}"], m[f"mR@{k}"]), note
-        return _pair(m[f"wR@{k}"], m[f"mR@{k}"]), f"pair-recall ceiling {format_pct(cell['pair_recall']['ceiling'])}"
+            return _pair(m[f"F1@{k}"], m[f"mR@{k}"]), "; ".join(x for x in (labels, note) if x)
+        ceiling = f"pair-recall ceiling {format_pct(cell['pair_recall']['ceiling'])}"
+        return _pair(m[f"wR@{k}"], m[f"mR@{k}"]), "; ".join(x for x in (labels, ceiling) if x)
     if ax == "A2":
         f = cell["federated"]
         return _pair(f["fAP"], f["fAP_rare"]), f"pair coverage {format_pct(f['pair_coverage'], 0)}%"

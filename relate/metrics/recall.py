@@ -57,9 +57,13 @@ class RecallResult:
     protocol: str = "paper"   # "paper" | "sgb"
     # per-image rows (relate.metrics.per_image, PER_IMAGE_SCHEMA) when asked for; not in to_dict
     per_image: list[dict] | None = None
+    # whether object labels decide a link: "scored" (a box links to a GT box only under the same label:
+    # sgcls and sgdet by default, every sgb link) or "agnostic" (IoU alone, or the GT box's own index)
+    object_labels: str = "agnostic"
 
     def to_dict(self) -> dict:
         return {"protocol": self.protocol, "mode": self.mode, "matcher": self.matcher, "box_source": self.box_source,
+                "object_labels": self.object_labels,
                 "ks": list(self.ks), "metrics": self.metrics,
                 "per_predicate": {str(k): v for k, v in self.per_predicate.items()},
                 "support": self.support, "n_cls": self.n_cls}
@@ -242,6 +246,7 @@ def evaluate_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int] = 
         raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
     mode = "graph_constrained" if graph_constrained else "unconstrained"
     source = "gt" if detections is None else "detector"
+    labels = "scored" if protocol == "sgb" or (detections is not None and require_category) else "agnostic"
     if protocol == "sgb":
         if per_image:
             raise ValueError("per_image rows exist for protocol 'paper' only; got protocol 'sgb'")
@@ -255,7 +260,8 @@ def evaluate_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int] = 
                                                    predicates=predicates, iou_threshold=iou_threshold)
         metrics["n_images"] = float(gt.n_images)
         metrics["n_relations"] = float(gt.rel_repeats.sum() if gt.rel_repeats is not None else gt.rel_image.size)
-        return RecallResult(mode, "legacy", source, ks, metrics, per_pred, sup, n_cls, protocol="sgb")
+        return RecallResult(mode, "legacy", source, ks, metrics, per_pred, sup, n_cls, protocol="sgb",
+                            object_labels=labels)
     if predicates is not None or object_scores is not None:
         raise ValueError("predicates and object_scores are 'sgb' protocol options; protocol is 'paper'")
     matcher = matcher or "one_to_one"
@@ -272,4 +278,5 @@ def evaluate_recall(gt: GroundTruth, preds: Predictions, *, ks: Sequence[int] = 
     if per_image:  # the same hit ranks as the report, so the rows add up to it exactly
         tag = {"protocol": "paper", "mode": mode, "matcher": matcher, "box_source": source}
         rows = [{**tag, **r} for r in per_image_recall(gt, hit, ks)]
-    return RecallResult(mode, matcher, source, ks, metrics, per_pred, sup, n_cls, protocol="paper", per_image=rows)
+    return RecallResult(mode, matcher, source, ks, metrics, per_pred, sup, n_cls, protocol="paper", per_image=rows,
+                        object_labels=labels)

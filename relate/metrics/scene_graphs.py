@@ -4,7 +4,11 @@ A scene-graphs file holds, per image, the system's objects (box, label, label sc
 pairs it scored with one dense row of predicate scores each (SGB- and OpenPSG-style outputs), and/or
 sparse scored triplets over the same objects (a VLM's or a submission's ranked list). predcls,
 sgcls and sgdet are one code path: the objects are GT boxes with GT labels, GT boxes with
-predicted labels, or a detector's boxes, and link to the GT by IoU (and, under ``sgb``, label).
+predicted labels, or a detector's boxes, and link to the GT by IoU and label. Labels count whenever
+the file predicts them: an sgcls output scored without them would be scored almost as predcls.
+A file whose objects carry no label (a label-free system) links by IoU alone, and ``paper`` can be
+asked for that on any file (``require_category=False``); the result names which
+(``RecallResult.object_labels``: ``scored`` or ``agnostic``). ``sgb`` always links by label.
 
 The dense score matrix is never expanded to one row per (pair, predicate): the ``sgb`` ranking
 works on it directly (relate.metrics.sgb.sgb_rank_dense), so 10k images x 80 pairs x 50 predicates
@@ -30,7 +34,7 @@ from relate.metrics.sgb import (PROTOCOLS, _kth_largest_per_block, _label_set, c
 from relate.schema import (SCENE_GRAPHS_SCHEMA, SchemaError, scene_graph_predicates, scene_graphs_schema, to_table,
                            validate_scene_graphs)
 
-__all__ = ["SceneGraphs", "load_scene_graphs", "evaluate_scene_graphs"]
+__all__ = ["SceneGraphs", "load_scene_graphs", "evaluate_scene_graphs", "labels_scored"]
 
 
 @dataclass(frozen=True)
@@ -152,17 +156,42 @@ def _check_labels(sg: SceneGraphs) -> None:
                          f"label (first in image index {img}); convert with labels or use protocol 'paper'")
 
 
+def labels_scored(sg: SceneGraphs, require_category: bool | None = None) -> bool:
+    """Whether ``sg``'s objects must carry their GT box's label to link to it (``paper`` protocol).
+
+    ``None`` follows the file: labels are scored when its objects carry them and ignored when none
+    does (a label-free system); a file that labels some objects and not others must say which it
+    wants. ``True`` on a file without a single label is refused: nothing could ever link."""
+    n = int(sg.objects.categories.size)
+    unlabelled = int(np.equal(sg.objects.categories, None).sum())
+    if require_category is None:
+        if 0 < unlabelled < n:
+            raise ValueError(f"{sg.source}: {n - unlabelled} object(s) carry a label and {unlabelled} do not; pass "
+                             "require_category=True (labels scored; the unlabelled objects link to nothing) or False "
+                             "(label-agnostic: IoU alone)")
+        return unlabelled == 0
+    if require_category and n and unlabelled == n:
+        raise ValueError(f"{sg.source}: no object carries a label, so none could link with require_category=True; "
+                         "a label-free system is scored label-agnostic (require_category=False or None)")
+    return bool(require_category)
+
+
 def evaluate_scene_graphs(gt: GroundTruth, sg: SceneGraphs, *, ks: Sequence[int] = (20, 50, 100),
                           graph_constrained: bool = True, protocol: str = "paper",
                           predicates: Sequence[str] | None = None, iou_threshold: float = 0.5,
-                          matcher: str | None = None, require_category: bool = False,
+                          matcher: str | None = None, require_category: bool | None = None,
                           per_image: bool = False) -> RecallResult:
-    """Recall of a scene-graphs file: its objects link to the GT boxes by IoU (``sgb``: and label,
-    with triplet score = predicate x subject x object label scores, relate.metrics.sgb); ``paper``
-    scores the same triplets with the one-to-one matcher by default. A file scores either its dense
-    pairs or its sparse triplets; both in one file is refused."""
+    """Recall of a scene-graphs file: its objects link to the GT boxes by IoU and label (``sgb``:
+    always, with triplet score = predicate x subject x object label scores, relate.metrics.sgb);
+    ``paper`` scores the same triplets with the one-to-one matcher by default, and takes labels into
+    account as :func:`labels_scored` decides from ``require_category`` (default: whenever the file
+    predicts them). A file scores either its dense pairs or its sparse triplets; both in one file is
+    refused."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; valid: {list(PROTOCOLS)}")
+    if protocol == "sgb" and require_category is False:
+        raise ValueError("protocol 'sgb' links boxes by label, as Scene-Graph-Benchmark does; label-agnostic "
+                         "scoring (require_category=False) is a 'paper' option")
     dense = sg.scores.shape[0] > 0
     if dense and sg.triplets.n:
         raise ValueError(f"{sg.source}: has both dense pair_scores ({sg.scores.shape[0]} pairs) and sparse "
@@ -172,8 +201,8 @@ def evaluate_scene_graphs(gt: GroundTruth, sg: SceneGraphs, *, ks: Sequence[int]
         preds = (dense_to_predictions(sg, gt, graph_constrained=graph_constrained, max_k=ks[-1]) if dense
                  else sg.triplets)
         r = evaluate_recall(gt, preds, ks=ks, graph_constrained=graph_constrained, matcher=matcher,
-                            detections=sg.objects, iou_threshold=iou_threshold, require_category=require_category,
-                            per_image=per_image)
+                            detections=sg.objects, iou_threshold=iou_threshold,
+                            require_category=labels_scored(sg, require_category), per_image=per_image)
     else:
         _check_labels(sg)
         if not dense:
@@ -182,6 +211,7 @@ def evaluate_scene_graphs(gt: GroundTruth, sg: SceneGraphs, *, ks: Sequence[int]
                                 predicates=predicates, object_scores=sg.object_scores)
         else:
             r = _sgb_dense(gt, sg, ks, graph_constrained, predicates, iou_threshold)
+        r.object_labels = "scored"
     r.box_source = "objects"
     if r.per_image is not None:
         r.per_image = [{**row, "box_source": "objects"} for row in r.per_image]

@@ -165,6 +165,8 @@ def test_sgb_on_a_native_vg150_folder_in_one_command(tmp_path, monkeypatch):
                            "--benchmark-path", str(root), "--out", str(tmp_path / "sg.parquet"), "--score", "--ks", "1"]))
     assert res["images"] == 2
     assert res["scores"]["graph_constrained"]["R@1"] == 1.0
+    # read under --protocol sgb (the default): the rows SGB's loader keeps are the rows scored
+    assert res["scores"]["gt_rows"]["equal"] and res["scores"]["object_labels"] == "scored"
     assert pq.read_table(tmp_path / "sg.parquet").column("image_id").to_pylist() == ["T1", "T2"]
 
 
