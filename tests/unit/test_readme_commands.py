@@ -122,6 +122,8 @@ class Checks:
             self.runs[(str(BIN / "relate"), argv[1], "--help")] = line
         elif exe == "bash" and len(argv) >= 2:
             self.file(argv[1], line)
+        elif exe == "export" and len(argv) >= 2 and all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", a) for a in argv[1:]):
+            pass  # environment for the commands after it (e.g. RAY_AUTH_MODE=token for a token-mode cluster)
         else:
             self.problems.append(f"no rule to check this README command (add one to {Path(__file__).name}): {line}")
 
