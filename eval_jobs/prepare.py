@@ -144,7 +144,10 @@ def _read(cfg: PrepareConfig, exclusion_file: Path | None) -> BenchmarkData:
 
 def _counts(data: BenchmarkData) -> dict[str, Any]:
     rels = data.corpus.column("relations").to_pylist()
-    out = {"images": data.corpus.num_rows, "relations": sum(len(r) for r in rels),
+    # images without a relation (HICO-DET's all-no_interaction ones) are evaluation images all the same:
+    # counted apart, listed in eval_ids.txt, kept out of training by the leakage filter
+    out = {"images": data.corpus.num_rows, "images_with_relations": sum(1 for r in rels if r),
+           "relations": sum(len(r) for r in rels),
            "predicates_used": len({x["predicate"] for r in rels for x in r}), "vocabulary_size": data.vocabulary_size}
     if data.cells is not None:
         labels = [c["label"] for cs in data.cells.column("cells").to_pylist() for c in cs]

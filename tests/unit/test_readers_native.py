@@ -363,7 +363,7 @@ def _anno_bbox_mat(path, sizes):
     savemat(path, {"bbox_test": a})
 
 
-def test_hico_det_no_interaction_image_is_not_a_relation_image_and_sizes_are_never_guessed(tmp_path):
+def test_hico_det_keeps_its_no_interaction_image_and_sizes_are_never_guessed(tmp_path):
     from PIL import Image
 
     boxes = [{"bbox": [0, 0, 10, 10], "category_id": 1}, {"bbox": [5, 5, 20, 30], "category_id": 2}]
@@ -372,24 +372,27 @@ def test_hico_det_no_interaction_image_is_not_a_relation_image_and_sizes_are_nev
         {"file_name": "B.jpg", "annotations": boxes + [{"bbox": [1, 1, 4, 4], "category_id": 2}],
          "hoi_annotation": [{"subject_id": 0, "object_id": 1, "category_id": 1},
                             {"subject_id": 0, "object_id": 2, "category_id": 2}]}])
-    with pytest.raises(FileNotFoundError, match=r"no size for 1 image.*\['B.jpg'\]"):
-        read_benchmark("hico_det", str(root))   # A is not a relation image, so only B needs a size
-    (root / "image_sizes.json").write_text(json.dumps({"B.jpg": [640, 480]}))
+    with pytest.raises(FileNotFoundError, match=r"no size for 2 image.*\['A.jpg', 'B.jpg'\]"):
+        read_benchmark("hico_det", str(root))   # A (all no_interaction) is a test image too: it needs a size
+    (root / "image_sizes.json").write_text(json.dumps({"A.jpg": [320, 240], "B.jpg": [640, 480]}))
     for cells in (False, True):
         b = read_benchmark("hico_det", str(root), cells=cells)
         r = b.corpus.to_pylist()
-        assert [x["image_id"] for x in r] == ["B"] and (r[0]["width"], r[0]["height"]) == (640, 480)
-        assert [(x["subject"], x["object"], x["predicate"]) for x in r[0]["relations"]] == [(0, 1, "hold")]
-        assert b.notes == {"images left out: every pair no_interaction (not a relation image)": 1}
-    assert sorted((c["object"], c["predicate"], c["label"]) for c in b.cells.to_pylist()[0]["cells"]) == \
-        [(1, "hold", True), (2, "hold", False), (2, "ride", False)]
+        assert [x["image_id"] for x in r] == ["A", "B"] and (r[1]["width"], r[1]["height"]) == (640, 480)
+        assert r[0]["relations"] == []  # in the test set, in no recall denominator
+        assert [(x["subject"], x["object"], x["predicate"]) for x in r[1]["relations"]] == [(0, 1, "hold")]
+        assert b.notes == {"images without a relation, kept (every pair no_interaction; recall skips them)": 1}
+    assert [sorted((c["object"], c["predicate"], c["label"]) for c in r["cells"]) for r in b.cells.to_pylist()] == \
+        [[(1, "hold", False), (1, "ride", False)], [(1, "hold", True), (2, "hold", False), (2, "ride", False)]]
+    width_of_b = lambda: read_benchmark("hico_det", str(root)).corpus.to_pylist()[1]["width"]  # noqa: E731
     (root / "image_sizes.json").unlink()
-    _anno_bbox_mat(root / "anno_bbox.mat", [("B.jpg", 500, 375)])  # the release's own sizes
-    assert read_benchmark("hico_det", str(root)).corpus.to_pylist()[0]["width"] == 500
+    _anno_bbox_mat(root / "anno_bbox.mat", [("A.jpg", 320, 240), ("B.jpg", 500, 375)])  # the release's own sizes
+    assert width_of_b() == 500
     (root / "anno_bbox.mat").unlink()
     (root / "images" / "test2015").mkdir(parents=True)
-    Image.new("RGB", (300, 200)).save(root / "images" / "test2015" / "B.jpg")
-    assert read_benchmark("hico_det", str(root)).corpus.to_pylist()[0]["width"] == 300  # from the header
+    for name, size in (("A.jpg", (100, 80)), ("B.jpg", (300, 200))):
+        Image.new("RGB", size).save(root / "images" / "test2015" / name)
+    assert width_of_b() == 300  # from the header
 
 
 @pytest.mark.parametrize("name", ["vg150", "indoorvg", "psg", "haystack", "hico_det", "spatialsense"])

@@ -13,10 +13,15 @@ image header under ``images/<split dir>/`` (PIL reads only the header). A size i
 from the extent of the boxes: an image whose size cannot be found is an error that names every
 such file.
 
-``no_interaction`` pairs are not relations, and an image whose pairs are all ``no_interaction``
-is not a relation image: it is left out of the corpus and of the cells (counted in ``notes``).
-With ``cells=True`` each ``no_interaction`` pair of a relation image becomes a labelled negative
-for every verb, and annotated verbs become positives: the federated cells of A2.
+``no_interaction`` pairs are not relations. Every image of the annotation file is read, as
+HICO-DET's own evaluation scores every test image (QPIC's ``datasets/hico.py`` keeps all of them
+for testing, and its ``hico_eval.py`` turns each detection in an image without the matching GT
+pair into a false positive). An image whose pairs are all ``no_interaction`` (or that has no pair)
+enters the corpus with its boxes and no relation, so recall, which averages over images with a GT
+relation, leaves it out of its denominators, while anything that counts false positives or reads
+negatives still sees it (counted in ``notes``). With ``cells=True`` each ``no_interaction`` pair
+becomes a labelled negative for every verb, and annotated verbs become positives: the federated
+cells of A2, in relation images and in images without one alike.
 """
 
 from __future__ import annotations
@@ -119,10 +124,9 @@ def read_hico_det(path: str | Path, *, split: str = "test", verb_list: str = "hi
                 continue
             rels.append({"subject": s, "object": o, "predicate": v, "pass": "human", "gate": "kept", "score": None})
             cs.append({"subject": s, "object": o, "predicate": v, "label": True})
-        if not rels:
-            if n_pairs:
-                notes["images left out: every pair no_interaction (not a relation image)"] += 1
-            continue
+        if not rels:  # kept: recall skips it by itself, negatives and false positives still need it
+            notes["images without a relation, kept (every pair no_interaction; recall skips them)" if n_pairs
+                  else "images without a relation, kept (no pair annotated; recall skips them)"] += 1
         kept.append((d, rels, cs))
     require_images(kept, name="hico_det", where=ann, split=split)
     size = image_sizes([d["file_name"] for d, _, _ in kept], root / "images" / img_dir, root / sizes,
