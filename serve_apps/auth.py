@@ -10,10 +10,11 @@ The rule:
   of the "try it" page (``PAGE_SUFFIXES``, GET only: HTML, JS and CSS with no data in them), which
   a browser must load before it can ask for the token; every call the page makes needs it.
 
-``BearerAuthMiddleware`` is plain ASGI, so the same class guards a FastAPI app (relate, audit)
-and the Serve HTTP proxy itself (:func:`proxy_middlewares`, installed on every node with
-``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=serve_apps.auth:proxy_middlewares``), which is what
-puts the ``ray.serve.llm`` judge app behind the token too.
+``BearerAuthMiddleware`` is plain ASGI, so the same class guards each FastAPI app itself (relate,
+the ``ray.serve.llm`` judge app in :mod:`serve_apps.deployments.judge_llm`, audit), and can also
+guard the Serve HTTP proxy (:func:`proxy_middlewares`, installed on every node with
+``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=serve_apps.auth:proxy_middlewares``) as a second line
+that covers any app on the proxy; no app relies on that second line.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from pathlib import Path
 from typing import Awaitable, Callable, Iterable
 
 __all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "PROXY_CALLBACK", "PAGE_SUFFIXES", "AuthConfigError", "is_loopback",
-           "read_token", "require_token_for_bind", "token_matches", "BearerAuthMiddleware", "proxy_middlewares"]
+           "read_token", "require_token_for_bind", "serve_bind_host", "token_matches", "BearerAuthMiddleware",
+           "proxy_middlewares"]
 
 TOKEN_ENV = "RELATE_API_TOKEN"             # default variable holding the token on every node
 TOKEN_FILE_ENV = "RELATE_API_TOKEN_FILE"   # or a file (a Kubernetes secret mount) holding it
@@ -139,7 +141,7 @@ class BearerAuthMiddleware:
         await send({"type": "http.response.body", "body": body})
 
 
-def _serve_bind_host() -> str:
+def serve_bind_host() -> str:
     """The Serve proxy's real bind address, from the controller (the YAML's ``http_options.host``)."""
     import ray
     from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
@@ -158,5 +160,5 @@ def proxy_middlewares() -> list:
 
     token = read_token(env=TOKEN_ENV if os.environ.get(TOKEN_ENV) else None,
                        file=os.environ.get(TOKEN_FILE_ENV) or None)
-    require_token_for_bind(_serve_bind_host(), token, "the Serve HTTP proxy")
+    require_token_for_bind(serve_bind_host(), token, "the Serve HTTP proxy")
     return [Middleware(BearerAuthMiddleware, token=token, open_suffixes=PAGE_SUFFIXES)]

@@ -3,7 +3,8 @@
 On GPU clusters the VLM itself runs as a separate ``ray.serve.llm`` OpenAI-compatible app
 (vLLM, Qwen3-VL) and this deployment is a light client of it (backend ``openai``);
 :func:`build_judge_llm_app` builds that app from typed args, importing ``ray.serve.llm`` only
-when called, so CPU machines never need vLLM.
+when called, so CPU machines never need vLLM. That app checks its own bearer token
+(:mod:`serve_apps.deployments.judge_llm`) and refuses to start on a non-loopback proxy without one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 from typing import Any
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from ray import serve
 
 from actors.judge import JudgeActor, JudgeConfig
@@ -56,6 +57,21 @@ class JudgeLLMConfig(StrictConfig):
         default_factory=lambda: {"max_model_len": 8192, "limit_mm_per_prompt": {"image": 1},
                                  "gpu_memory_utilization": 0.85, "tensor_parallel_size": 1},
         description="passed to the vLLM engine verbatim")
+    bearer_token_env: str | None = Field(
+        None, description="environment variable holding the bearer token every request must carry (set on every "
+                          "node; the relate app's judge client sends the same variable as its api_key_env). "
+                          "Without a token source the app starts only behind a loopback-bound proxy")
+    bearer_token_file: str | None = Field(None, description="file holding the token (e.g. a Kubernetes secret "
+                                                            "mount), instead of bearer_token_env")
+    server_cls: str | None = Field(
+        None, description="ray.serve.llm server class as 'module:Class' (LLMConfig.server_cls); None: Ray's "
+                          "LLMServer on vLLM")
+
+    @model_validator(mode="after")
+    def _one_token_source(self) -> "JudgeLLMConfig":
+        if self.bearer_token_env is not None and self.bearer_token_file is not None:
+            raise ValueError("give one token source, not bearer_token_env and bearer_token_file")
+        return self
 
     @field_validator("resources_per_worker")
     @classmethod
@@ -72,8 +88,11 @@ class JudgeLLMConfig(StrictConfig):
 
 
 def build_judge_llm_app(args: JudgeLLMConfig):
-    """An unstarted OpenAI-compatible Serve app hosting the judge VLM with vLLM (GPU clusters only)."""
-    from ray.serve.llm import LLMConfig, build_openai_app  # lazy: pulls in vLLM
+    """An unstarted OpenAI-compatible Serve app hosting the judge VLM with vLLM (GPU clusters only),
+    behind its own bearer-token check."""
+    from ray.serve.llm import LLMConfig  # lazy: pulls in vLLM
+
+    from serve_apps.deployments.judge_llm import build_guarded_openai_app
 
     cfg = JudgeLLMConfig.model_validate(args) if isinstance(args, dict) else args
     llm = LLMConfig(
@@ -84,5 +103,5 @@ def build_judge_llm_app(args: JudgeLLMConfig):
                                 if cfg.resources_per_worker else None),
         deployment_config={"autoscaling_config": {"min_replicas": cfg.min_replicas, "max_replicas": cfg.max_replicas,
                                                   "target_ongoing_requests": cfg.target_ongoing_requests}},
-        engine_kwargs=cfg.engine_kwargs)
-    return build_openai_app({"llm_configs": [llm]})
+        engine_kwargs=cfg.engine_kwargs, server_cls=cfg.server_cls)
+    return build_guarded_openai_app(llm, cfg.bearer_token_env, cfg.bearer_token_file)
