@@ -7,7 +7,11 @@ Formats (``--from``):
 
 * ``sgb``      Scene-Graph-Benchmark.pytorch's test output ``eval_results.pytorch`` (a dict whose
                ``predictions`` is one BoxList per test image, in the dataset's order) or a bare list
-               of BoxLists. Per image: ``bbox`` (xyxy pixels of the original image), ``pred_labels``,
+               of BoxLists; or, for a split too large for one file (VG150 sgdet: 26,446 images x
+               6,320 pairs x 51 scores, 34 GB), a folder of shards each saved the same way (or one
+               BoxList per file), whose name order (digits compared as numbers) is the image order.
+               Read and written a chunk of images at a time (zip-format files memory-mapped), so
+               no step holds the split. Per image: ``bbox`` (xyxy pixels of the original image), ``pred_labels``,
                ``pred_scores``, ``rel_pair_idxs`` and ``pred_rel_scores`` (column 0 = background,
                dropped); labels and predicates are named by the dataset's dicts JSON. The pair
                scores stay dense. The file is read by torch's weights-only loader (torch imported
@@ -28,6 +32,11 @@ Formats (``--from``):
                in ``<out>.report.json``, as are answers naming no usable pair (a box index the image
                lacks, a non-integer, subject == object). Without a score, position r of n scores 1 - r / n.
 
+With ``--score`` under ``sgb``, a dense file (sgb, openpsg-pkl) is scored one row group at a time
+(relate.metrics.sgb_stream; ``--score-workers`` > 0 spreads them over Ray tasks) and its per-image
+rows go to ``<out stem>.per_image.parquet`` (PER_IMAGE_SCHEMA): the same rows and totals as
+scoring the file whole.
+
 The image order of ``sgb`` and ``openpsg`` outputs is their dataset's: the benchmark reader (or
 ``--image-ids``) supplies the image_id of each position, and a count mismatch is an error.
 """
@@ -44,10 +53,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
-from eval_jobs.convert_formats import read_openpsg, read_openpsg_pkl, read_sgb, read_vlm
+from eval_jobs.convert_formats import iter_sgb, read_openpsg, read_openpsg_pkl, read_vlm, sgb_dicts
 from relate.config import StrictConfig
-from relate.schema import (OBJECT_TYPE, PAIR_TYPE, SCENE_GRAPHS_ROW_GROUP, TRIPLET_TYPE, SchemaError,
-                           scene_graphs_schema, validate_scene_graphs)
+from relate.schema import (OBJECT_TYPE, PAIR_TYPE, PER_IMAGE_SCHEMA, SCENE_GRAPHS_ROW_GROUP, TRIPLET_TYPE,
+                           SchemaError, scene_graphs_schema, to_table, validate_scene_graphs)
 
 __all__ = ["ConvertConfig", "FORMATS", "main", "parse_args", "scene_graphs_table"]
 
@@ -82,6 +91,9 @@ class ConvertConfig(StrictConfig):
     require_category: bool | None = Field(default=None, description="--score under paper: unset scores object "
                                           "labels whenever the file carries them; false: label-agnostic (IoU "
                                           "alone); the result names which (object_labels). sgb: always labels")
+
+    score_workers: int = Field(default=0, ge=0, description="--score under sgb on a dense file: Ray tasks scoring "
+                               "its row groups in parallel (0: one after another in this process)")
 
     @model_validator(mode="after")
     def _needs(self) -> "ConvertConfig":
@@ -158,20 +170,103 @@ def _image_ids(cfg: ConvertConfig, bench) -> list[str]:
     return bench.corpus.column("image_id").to_pylist()
 
 
+DENSE_FORMATS = ("sgb", "openpsg-pkl")
+
+
 def _score(cfg: ConvertConfig, bench) -> dict:
     from relate.metrics import evaluate_scene_graphs, load_ground_truth, load_scene_graphs
 
     gt = load_ground_truth(bench.corpus)
+    rows = bench.gt_rows()
+    extra = {"gt_rows": rows} if rows is not None else {}
+    keep = lambda m: {k: v for k, v in m.items() if k.split("@")[0] in ("R", "mR") or "@" not in k}  # noqa: E731
+    if cfg.protocol == "sgb" and cfg.source_format in DENSE_FORMATS:
+        results = _score_sgb_stream(cfg, gt, list(bench.predicates))
+        per_image = str(Path(cfg.out).with_suffix(".per_image.parquet"))
+        _write_per_image(cfg, results, per_image)
+        return {"protocol": "sgb", **{mode: keep(r.metrics) for mode, r in results.items()},
+                "object_labels": "scored", "per_image": per_image, **extra}
     sg = load_scene_graphs(cfg.out, gt)
     kw = ({"predicates": list(bench.predicates)} if cfg.protocol == "sgb"
           else {"require_category": cfg.require_category})
     out: dict[str, Any] = {}
     for gc, mode in ((True, "graph_constrained"), (False, "unconstrained")):
         r = evaluate_scene_graphs(gt, sg, ks=cfg.ks, graph_constrained=gc, protocol=cfg.protocol, **kw)
-        out[mode] = {k: v for k, v in r.metrics.items() if k.split("@")[0] in ("R", "mR") or not "@" in k}
+        out[mode] = keep(r.metrics)
         out["object_labels"] = r.object_labels
-    rows = bench.gt_rows()
-    return {"protocol": cfg.protocol, **out, **({"gt_rows": rows} if rows is not None else {})}
+    return {"protocol": cfg.protocol, **out, **extra}
+
+
+def _score_sgb_stream(cfg: ConvertConfig, gt, predicates: list[str]) -> dict:
+    """Both modes of ``cfg.out`` under sgb, row group by row group: in this process, or in
+    ``score_workers`` Ray tasks each given a contiguous run of row groups and the ground truth
+    (put once in the object store); partials of disjoint images combine in any order."""
+    from relate.metrics.sgb_stream import evaluate_sgb_stream, sgb_stream_results
+
+    if cfg.score_workers == 0:
+        return evaluate_sgb_stream(gt, cfg.out, ks=cfg.ks, predicates=predicates)
+    import ray
+
+    n_groups = pq.ParquetFile(cfg.out).num_row_groups
+    bounds = np.linspace(0, n_groups, min(cfg.score_workers, max(n_groups, 1)) + 1).astype(int)
+    task = ray.remote(_score_row_groups)
+    gt_ref = ray.put(gt)
+    refs = [task.remote(cfg.out, gt_ref, int(a), int(b), list(cfg.ks), predicates)
+            for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return sgb_stream_results(gt, [p for part in ray.get(refs) for p in part], ks=cfg.ks, predicates=predicates)
+
+
+def _score_row_groups(path: str, gt, first: int, stop: int, ks: list[int], predicates: list[str]) -> list:
+    """One Ray task's share: the SgbPartial of each row group in [first, stop)."""
+    from relate.metrics.sgb_stream import sgb_partial
+
+    pf = pq.ParquetFile(path)
+    return [sgb_partial(gt, pf.read_row_group(g), ks=ks, predicates=predicates) for g in range(first, stop)]
+
+
+def _write_per_image(cfg: ConvertConfig, results: dict, path: str) -> None:
+    rows = [{"system": Path(cfg.out).stem, "benchmark": f"{cfg.benchmark_reader}:{cfg.split}", "axis": "A1",
+             "protocol": "sgb", "mode": mode, "matcher": r.matcher, "box_source": "objects", **row}
+            for mode, r in results.items() for row in (r.per_image or [])]
+    pq.write_table(to_table(rows, PER_IMAGE_SCHEMA, table=path), path)
+
+
+def _write_sgb(cfg: ConvertConfig, bench) -> dict:
+    """Convert an SGB output chunk by chunk into ``cfg.out`` (one row group per chunk), through a
+    ``.partial`` file that is renamed only once every image is in and the count matches."""
+    ids = _image_ids(cfg, bench)
+    predicates = sgb_dicts(cfg.dicts)[1]
+    final, tmp = Path(cfg.out), Path(cfg.out + ".partial")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    counts = {"images": 0, "objects": 0, "pairs": 0, "triplets": 0}
+
+    def mismatch(n: int) -> SchemaError:
+        return SchemaError(f"{cfg.input}: {n} images but the image order has {len(ids)} "
+                           f"({cfg.image_ids or f'{cfg.benchmark_reader} {cfg.split}'}); they must align")
+
+    try:
+        with pq.ParquetWriter(tmp, scene_graphs_schema(predicates)) as writer:
+            for chunk in iter_sgb(cfg.input, cfg.dicts):
+                pos = counts["images"]
+                if pos + len(chunk) > len(ids):
+                    raise mismatch(_count_sgb(cfg))
+                table = scene_graphs_table(ids[pos:pos + len(chunk)], chunk, predicates)
+                validate_scene_graphs(table, name=cfg.out)
+                writer.write_table(table, row_group_size=SCENE_GRAPHS_ROW_GROUP)
+                counts["images"] += len(chunk)
+                counts["objects"] += sum(len(im["labels"]) for im in chunk)
+                counts["pairs"] += sum(len(im["pairs"]) for im in chunk)
+        if counts["images"] != len(ids):
+            raise mismatch(counts["images"])
+        tmp.replace(final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"out": cfg.out, "format": "sgb", **counts}
+
+
+def _count_sgb(cfg: ConvertConfig) -> int:
+    """How many images the output holds (read again, only to word the mismatch error)."""
+    return sum(len(chunk) for chunk in iter_sgb(cfg.input, cfg.dicts))
 
 
 def main(cfg: ConvertConfig) -> dict:
@@ -186,13 +281,17 @@ def main(cfg: ConvertConfig) -> dict:
         bench = load_benchmark(BenchmarkSpec(name="convert", axis="A1", reader=cfg.benchmark_reader,
                                              path=cfg.benchmark_path, split=cfg.split), cfg.protocol)
     report: dict | None = None
+    if cfg.source_format == "sgb":  # streamed: a full sgdet split never fits in memory
+        result = _write_sgb(cfg, bench)
+        if cfg.score:
+            result["scores"] = _score(cfg, bench)
+        return result
     if cfg.source_format == "vlm":
         embed, matcher = _matcher(cfg)
         ids, images, report = read_vlm(cfg.input, bench, embed, matcher)
         predicates = list(bench.predicates)
     else:
-        images, predicates = (read_sgb(cfg.input, cfg.dicts) if cfg.source_format == "sgb"
-                              else read_openpsg(cfg.input, cfg.psg_json) if cfg.source_format == "openpsg"
+        images, predicates = (read_openpsg(cfg.input, cfg.psg_json) if cfg.source_format == "openpsg"
                               else read_openpsg_pkl(cfg.input, cfg.psg_json))
         ids = _image_ids(cfg, bench)
         if len(ids) != len(images):

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
+import zipfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from relate.schema import SchemaError
 
-__all__ = ["read_sgb", "read_openpsg", "read_openpsg_pkl", "read_vlm", "map_predicates", "ranked_scores"]
+__all__ = ["read_sgb", "iter_sgb", "sgb_files", "sgb_dicts", "read_openpsg", "read_openpsg_pkl", "read_vlm", "map_predicates", "ranked_scores"]
 
 
 def ranked_scores(n: int) -> np.ndarray:
@@ -58,7 +60,7 @@ def _unpickler(path: str, foreign: str) -> type:
     return _Unpickler
 
 
-def _torch_load(path: str, classes: Sequence[str]) -> Any:
+def _torch_load(path: str, classes: Sequence[str], mmap: bool = False) -> Any:
     """torch.load with torch's own weights-only unpickler (tensors and containers), where the
     producing project's ``classes`` (dotted names) load as _StandIn objects holding their fields."""
     import torch  # only here: a torch-saved file needs torch's own loader
@@ -67,7 +69,7 @@ def _torch_load(path: str, classes: Sequence[str]) -> Any:
                                                           "__qualname__": n.rpartition(".")[2]}) for n in classes]
     try:
         with torch.serialization.safe_globals(stand_ins):
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         msg = next((ln for ln in str(exc).splitlines() if "GLOBAL" in ln or "Unsupported" in ln), str(exc)[:300])
         raise SchemaError(f"{path}: refusing to load it: it holds more than tensors, containers and "
@@ -78,35 +80,84 @@ def _arr(x: Any) -> np.ndarray:
     return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
-def read_sgb(path: str, dicts: str) -> tuple[list[dict], list[str]]:
-    """Per-image dicts (boxes, labels, scores, pairs, pair_scores) and the predicate list."""
+SGB_CLASSES = ["maskrcnn_benchmark.structures.bounding_box.BoxList"]
+SGB_SUFFIXES = (".pytorch", ".pth", ".pt")
+
+
+def sgb_files(path: str) -> list[Path]:
+    """The files of an SGB output in image order: ``eval_results.pytorch`` itself, or a folder of
+    shards (each saved like it, or a bare list of BoxLists, or one BoxList: a per-image file),
+    ordered by name with digit runs compared as numbers (``part_2`` before ``part_10``)."""
+    p = Path(path)
+    if not p.is_dir():
+        return [p]
+    key = lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)]  # noqa: E731
+    files = sorted((f for f in p.iterdir() if f.is_file() and f.suffix in SGB_SUFFIXES), key=key)
+    if not files:
+        raise SchemaError(f"{path}: a folder of SGB outputs needs shard files ending in {list(SGB_SUFFIXES)}; none found")
+    return files
+
+
+def _sgb_predictions(path: Path) -> list:
+    """The BoxLists of one file, loaded memory-mapped where torch's zip format allows it: the
+    tensors of a whole-split ``eval_results.pytorch`` are then read one image at a time."""
+    obj = _torch_load(str(path), SGB_CLASSES, mmap=zipfile.is_zipfile(path))
+    preds = obj["predictions"] if isinstance(obj, dict) and "predictions" in obj else obj
+    return preds if isinstance(preds, (list, tuple)) else [preds]
+
+
+def sgb_dicts(dicts: str) -> tuple[dict[int, str], list[str]]:
+    """(label index -> name, predicates in classifier order) from the dataset's dicts JSON."""
     d = json.loads(Path(dicts).read_text())
-    idx_to_label = {int(k): v for k, v in d["idx_to_label"].items()}
     idx_to_pred = {int(k): v for k, v in d["idx_to_predicate"].items()}
-    predicates = [idx_to_pred[i] for i in sorted(idx_to_pred)]
-    obj = _torch_load(path, ["maskrcnn_benchmark.structures.bounding_box.BoxList"])
-    preds = obj["predictions"] if isinstance(obj, dict) else obj
-    images = []
-    for i, b in enumerate(preds):
-        f = getattr(b, "extra_fields", None)
-        if f is None or "pred_rel_scores" not in f:
-            raise SchemaError(f"{path}: prediction {i} is not an SGB relation BoxList (no extra_fields "
-                              f"'pred_rel_scores'; have {sorted(f) if f else None})")
-        box = _arr(b.bbox).astype(np.float64).reshape(-1, 4)
-        if getattr(b, "mode", "xyxy") == "xywh":  # SGB's xywh spans w - 1 pixels
-            box = np.concatenate([box[:, :2], box[:, :2] + box[:, 2:] - 1], axis=1)
-        lab = _arr(f["pred_labels"]).astype(np.int64).reshape(-1)
-        unknown = sorted(set(lab.tolist()) - set(idx_to_label))
-        if unknown:
-            raise SchemaError(f"{path}: prediction {i}: pred_labels {unknown[:5]} are not in {dicts}'s idx_to_label")
-        rel = _arr(f["pred_rel_scores"]).astype(np.float32)
-        if rel.ndim != 2 or rel.shape[1] != len(predicates) + 1:
-            raise SchemaError(f"{path}: prediction {i}: pred_rel_scores has shape {rel.shape}; need (pairs, "
-                              f"{len(predicates) + 1}): background + the {len(predicates)} predicates of {dicts}")
-        images.append({"boxes": box, "labels": [idx_to_label[k] for k in lab.tolist()],
-                       "scores": _arr(f["pred_scores"]).astype(np.float32).reshape(-1),
-                       "pairs": _arr(f["rel_pair_idxs"]).astype(np.int64).reshape(-1, 2), "pair_scores": rel[:, 1:]})
-    return images, predicates
+    return {int(k): v for k, v in d["idx_to_label"].items()}, [idx_to_pred[i] for i in sorted(idx_to_pred)]
+
+
+def iter_sgb(path: str, dicts: str, max_scores: int = 1 << 24) -> Iterator[list[dict]]:
+    """Per-image dicts (boxes, labels, scores, pairs, pair_scores), a chunk at a time: a chunk
+    ends at a file's end or once it holds about ``max_scores`` pair scores, so a full sgdet
+    split (34 GB of scores) passes through a bounded amount of memory."""
+    idx_to_label, predicates = sgb_dicts(dicts)
+    pos = 0
+    for f in sgb_files(path):
+        chunk, n_scores = [], 0
+        for b in _sgb_predictions(f):
+            im = _sgb_image(b, pos, str(f), idx_to_label, len(predicates), dicts)
+            chunk.append(im)
+            pos += 1
+            n_scores += im["pair_scores"].size
+            if n_scores >= max_scores:
+                yield chunk
+                chunk, n_scores = [], 0
+        if chunk:
+            yield chunk
+
+
+def read_sgb(path: str, dicts: str) -> tuple[list[dict], list[str]]:
+    """Per-image dicts (boxes, labels, scores, pairs, pair_scores) and the predicate list, all at once."""
+    return [im for chunk in iter_sgb(path, dicts) for im in chunk], sgb_dicts(dicts)[1]
+
+
+def _sgb_image(b: Any, i: int, path: str, idx_to_label: dict[int, str], P: int, dicts: str) -> dict:
+    f = getattr(b, "extra_fields", None)
+    if f is None or "pred_rel_scores" not in f:
+        raise SchemaError(f"{path}: prediction {i} is not an SGB relation BoxList (no extra_fields "
+                          f"'pred_rel_scores'; have {sorted(f) if f else None})")
+    box = _arr(b.bbox).astype(np.float64).reshape(-1, 4)
+    if getattr(b, "mode", "xyxy") == "xywh":  # SGB's xywh spans w - 1 pixels
+        box = np.concatenate([box[:, :2], box[:, :2] + box[:, 2:] - 1], axis=1)
+    lab = _arr(f["pred_labels"]).astype(np.int64).reshape(-1)
+    unknown = sorted(set(lab.tolist()) - set(idx_to_label))
+    if unknown:
+        raise SchemaError(f"{path}: prediction {i}: pred_labels {unknown[:5]} are not in {dicts}'s idx_to_label")
+    rel = _arr(f["pred_rel_scores"]).astype(np.float32)
+    if rel.ndim != 2 or rel.shape[1] != P + 1:
+        raise SchemaError(f"{path}: prediction {i}: pred_rel_scores has shape {rel.shape}; need (pairs, "
+                          f"{P + 1}): background + the {P} predicates of {dicts}")
+    return {"boxes": box, "labels": [idx_to_label[k] for k in lab.tolist()],
+            "scores": _arr(f["pred_scores"]).astype(np.float32).reshape(-1),
+            "pairs": _arr(f["rel_pair_idxs"]).astype(np.int64).reshape(-1, 2),
+            "pair_scores": rel[:, 1:]}
 
 
 # --------------------------------------------------------------------------- openpsg

@@ -28,13 +28,15 @@ import pyarrow.parquet as pq
 
 from relate.metrics._boxmatch import Detections
 from relate.metrics._tables import GroundTruth, Predictions, _np, encode_strings
+from relate.metrics.per_image import sgb_per_image
 from relate.metrics.recall import RecallResult, evaluate_recall
 from relate.metrics.sgb import (PROTOCOLS, _kth_largest_per_block, _label_set, credit, credit_index, sgb_aggregate,
                                 sgb_rank_dense)
 from relate.schema import (SCENE_GRAPHS_SCHEMA, SchemaError, scene_graph_predicates, scene_graphs_schema, to_table,
                            validate_scene_graphs)
 
-__all__ = ["SceneGraphs", "load_scene_graphs", "evaluate_scene_graphs", "labels_scored"]
+__all__ = ["SceneGraphs", "load_scene_graphs", "evaluate_scene_graphs", "labels_scored", "sgb_dense_hits",
+           "sgb_dense_result"]
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,8 @@ def evaluate_scene_graphs(gt: GroundTruth, sg: SceneGraphs, *, ks: Sequence[int]
                                 detections=sg.objects, iou_threshold=iou_threshold, protocol="sgb",
                                 predicates=predicates, object_scores=sg.object_scores)
         else:
-            r = _sgb_dense(gt, sg, ks, graph_constrained, predicates, iou_threshold)
+            hit, pair_img, n_unscored = sgb_dense_hits(gt, sg, ks, graph_constrained, predicates, iou_threshold)
+            r = sgb_dense_result(gt, hit, pair_img, n_unscored, ks, graph_constrained, predicates, per_image)
         r.object_labels = "scored"
     r.box_source = "objects"
     if r.per_image is not None:
@@ -218,10 +221,15 @@ def evaluate_scene_graphs(gt: GroundTruth, sg: SceneGraphs, *, ks: Sequence[int]
     return r
 
 
-def _sgb_dense(gt: GroundTruth, sg: SceneGraphs, ks: tuple[int, ...], graph_constrained: bool,
-               predicates: Sequence[str] | None, iou_threshold: float, block_pairs: int = 1 << 20) -> RecallResult:
-    """Rank and credit image blocks of about ``block_pairs`` pairs at a time (both are per image),
-    so the unconstrained product matrix never covers a whole sgdet output at once."""
+def sgb_dense_hits(gt: GroundTruth, sg: SceneGraphs, ks: Sequence[int], graph_constrained: bool,
+                   predicates: Sequence[str] | None, iou_threshold: float = 0.5,
+                   block_pairs: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, int]:
+    """(best rank crediting each GT row, inf if none; GT image of each scored pair; entries outside
+    the label set) of ``sg``'s dense pairs under ``sgb``. Image blocks of about ``block_pairs`` pairs
+    are ranked and credited at a time (both are per image), so the unconstrained product matrix
+    never covers a whole sgdet output at once; and since every number is per image, files holding
+    disjoint images give hit ranks that combine by ``np.fmin`` (relate.metrics.sgb_stream)."""
+    ks = tuple(sorted(int(k) for k in ks))
     label_set, index, gli = _label_set(gt, predicates)
     lab = np.array([index.get(str(p), -1) for p in sg.predicates.tolist()], dtype=np.int64)
     keep = np.flatnonzero(lab >= 0)
@@ -242,9 +250,18 @@ def _sgb_dense(gt: GroundTruth, sg: SceneGraphs, ks: tuple[int, ...], graph_cons
                                   sg.pair_object[pr], lab[keep][col], rank))
         lo = hi
     pair_img = sg.pair_image if keep.size else np.zeros(0, np.int64)
-    metrics, per_pred, sup, n_cls = sgb_aggregate(gt, gli, hit, pair_img, label_set, ks,
-                                                  n_unscored=int(sg.scores.shape[0] * (lab.size - keep.size)))
+    return hit, pair_img, int(sg.scores.shape[0] * (lab.size - keep.size))
+
+
+def sgb_dense_result(gt: GroundTruth, hit: np.ndarray, pair_img: np.ndarray, n_unscored: int, ks: Sequence[int],
+                     graph_constrained: bool, predicates: Sequence[str] | None, per_image: bool) -> RecallResult:
+    """The ``sgb`` RecallResult from :func:`sgb_dense_hits`'s three parts (with per-image rows when
+    asked for): the one aggregation both the whole-file and the streaming scorer end in."""
+    ks = tuple(sorted(int(k) for k in ks))
+    label_set, _, gli = _label_set(gt, predicates)
+    metrics, per_pred, sup, n_cls = sgb_aggregate(gt, gli, hit, pair_img, label_set, ks, n_unscored=n_unscored)
     metrics["n_images"] = float(gt.n_images)
     metrics["n_relations"] = float(gt.rel_repeats.sum() if gt.rel_repeats is not None else gt.rel_image.size)
     mode = "graph_constrained" if graph_constrained else "unconstrained"
-    return RecallResult(mode, "legacy", "objects", ks, metrics, per_pred, sup, n_cls, protocol="sgb")
+    rows = sgb_per_image(gt, gli, hit, pair_img, label_set, ks) if per_image else None
+    return RecallResult(mode, "legacy", "objects", ks, metrics, per_pred, sup, n_cls, protocol="sgb", per_image=rows)

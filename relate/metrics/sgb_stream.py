@@ -1,0 +1,119 @@
+"""The ``sgb`` protocol on a scene-graphs file too large to hold: scored one row group at a time.
+
+An SGB sgdet output keeps up to 80 detections and 6,320 ordered pairs x 51 predicate scores per
+image; VG150's 26,446 test images make about 8.5 billion scores (34 GB in float32). Everything
+SGB's evaluation computes before its final averages is per image (ranking, IoU links, crediting),
+so a file is read a batch of images at a time, each batch yields the best crediting rank of the GT
+rows of its own images (:class:`SgbPartial`: only the finite ones), and partials of disjoint images
+combine by taking the minimum. What is held across batches is one rank per GT row and per mode,
+the set of images with a scored pair and two counters: the size of the ground truth, never of the
+output. The totals and per-image rows then come from the same aggregation the whole-file scorer
+ends in (relate.metrics.scene_graphs.sgb_dense_result), so they are equal to it, bit for bit.
+
+Batches are independent: :func:`sgb_partial` is the unit a parallel runner (eval_jobs.convert's
+Ray tasks) hands to its workers, and :func:`combine_partials` needs no order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from relate.metrics._tables import GroundTruth
+from relate.metrics.recall import RecallResult
+from relate.metrics.scene_graphs import (_check_labels, load_scene_graphs, sgb_dense_hits, sgb_dense_result)
+from relate.schema import SchemaError
+
+__all__ = ["SgbPartial", "MODES", "scene_graph_batches", "sgb_partial", "combine_partials", "sgb_stream_results",
+           "evaluate_sgb_stream"]
+
+MODES = (True, False)  # graph-constrained, unconstrained: both from one read of each batch
+
+
+@dataclass
+class SgbPartial:
+    """What one batch of images contributes: per mode, the GT rows it credits and at which rank."""
+
+    rows: dict[bool, np.ndarray] = field(default_factory=dict)   # GT row indices credited, per mode
+    ranks: dict[bool, np.ndarray] = field(default_factory=dict)  # their best rank, same order
+    images: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # GT images with a scored pair
+    seen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))    # GT images the batch holds
+    n_unscored: int = 0
+    n_pairs: int = 0
+
+
+def scene_graph_batches(path: str | Path, max_bytes: int = 1 << 28) -> Iterator[pa.Table]:
+    """The file's rows, a batch of whole images at a time: one row group, or slices of it of about
+    ``max_bytes`` (uncompressed) when a writer made its row groups larger."""
+    try:
+        pf = pq.ParquetFile(str(path))
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise SchemaError(f"{path}: cannot read scene-graphs Parquet: {exc}") from None
+    for g in range(pf.num_row_groups):
+        meta = pf.metadata.row_group(g)
+        if meta.total_byte_size <= max_bytes:
+            yield pf.read_row_group(g)
+            continue
+        rows = max(1, int(meta.num_rows * max_bytes // meta.total_byte_size))
+        for batch in pf.iter_batches(batch_size=rows, row_groups=[g]):
+            yield pa.Table.from_batches([batch])
+
+
+def sgb_partial(gt: GroundTruth, batch: pa.Table, *, ks: Sequence[int], predicates: Sequence[str] | None,
+                iou_threshold: float = 0.5) -> SgbPartial:
+    """Score one batch of scene-graphs rows (dense pair scores) in both modes."""
+    sg = load_scene_graphs(batch, gt)
+    if sg.triplets.n:
+        raise ValueError(f"{sg.source}: streaming sgb scores dense pair_scores; this file has {sg.triplets.n} sparse "
+                         "triplets (score it whole with evaluate_scene_graphs)")
+    _check_labels(sg)
+    index = gt.index_of()
+    out = SgbPartial(seen=np.array([index[i] for i in batch.column("image_id").to_pylist()], dtype=np.int64),
+                     n_pairs=int(sg.scores.shape[0]))
+    for gc in MODES:
+        hit, pair_img, out.n_unscored = sgb_dense_hits(gt, sg, ks, gc, predicates, iou_threshold)
+        out.rows[gc] = np.flatnonzero(np.isfinite(hit))
+        out.ranks[gc] = hit[out.rows[gc]]
+        out.images = np.unique(pair_img)
+    return out
+
+
+def combine_partials(gt: GroundTruth, partials: Iterable[SgbPartial]) -> tuple[dict[bool, np.ndarray], np.ndarray, int]:
+    """(per mode the hit rank of every GT row, the GT images with a scored pair, entries outside
+    the label set), refusing an image that two batches both hold (its pairs would split)."""
+    hit = {gc: np.full(gt.rel_image.size, np.inf) for gc in MODES}
+    seen = np.zeros(gt.n_images, bool)
+    scored = np.zeros(gt.n_images, bool)
+    n_unscored = 0
+    for p in partials:
+        if seen[p.seen].any():
+            twice = gt.image_ids[p.seen[seen[p.seen]]].tolist()
+            raise SchemaError(f"image_id(s) {twice[:5]} appear in more than one row of the file; one row per image")
+        seen[p.seen] = True
+        scored[p.images] = True
+        n_unscored += p.n_unscored
+        for gc in MODES:
+            np.minimum.at(hit[gc], p.rows[gc], p.ranks[gc])
+    return hit, np.flatnonzero(scored), n_unscored
+
+
+def sgb_stream_results(gt: GroundTruth, partials: Iterable[SgbPartial], *, ks: Sequence[int],
+                       predicates: Sequence[str] | None, per_image: bool = True) -> dict[str, RecallResult]:
+    """{"graph_constrained", "unconstrained"} -> RecallResult from a file's partials (any order)."""
+    hit, images, n_unscored = combine_partials(gt, partials)
+    return {("graph_constrained" if gc else "unconstrained"):
+            sgb_dense_result(gt, hit[gc], images, n_unscored, ks, gc, predicates, per_image) for gc in MODES}
+
+
+def evaluate_sgb_stream(gt: GroundTruth, path: str | Path, *, ks: Sequence[int] = (20, 50, 100),
+                        predicates: Sequence[str] | None = None, iou_threshold: float = 0.5,
+                        max_bytes: int = 1 << 28, per_image: bool = True) -> dict[str, RecallResult]:
+    """Both modes of a dense scene-graphs file under ``sgb``, one batch of images in memory at a time."""
+    parts = (sgb_partial(gt, b, ks=ks, predicates=predicates, iou_threshold=iou_threshold)
+             for b in scene_graph_batches(path, max_bytes))
+    return sgb_stream_results(gt, parts, ks=ks, predicates=predicates, per_image=per_image)
