@@ -42,7 +42,7 @@ from pipelines.annotate_shards import (atomic_write, balance_shard, load_pending
                                        shard_paths, write_shard)
 from pipelines.annotate_stages import (VLM_PASSES, GateStage, MarkStage, ParseStage, PassesStage, PromptStage,
                                        merge_counters, rows_to_table)
-from pipelines.annotate_writer import SpoolStage, finish_shard, spool_root, spooled_rows
+from pipelines.annotate_writer import RunTally, SpoolStage, finish_shard, spool_root, spooled_rows
 from pipelines.vlm_calls import STOP_KINDS
 from relate.annotation_stats import (annotation_statistics, format_annotation_table, format_throughput_line, format_usage_line,
                                      format_vlm_line, throughput, vlm_call_stats)
@@ -318,13 +318,15 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
                             **ray_remote_args(cfg.cpu_resources))
         ds.set_name(name)  # the Ray Data dashboard and metric tags show the run, not "dataset_17"
         finish = ray.remote(finish_shard).options(**ray_remote_args(cfg.cpu_resources), max_retries=2)
-        seen: dict = {}
-        got: dict[str, int] = {}
+        tally = RunTally(expected)
         running: dict = {}  # ObjectRef -> shard
-        progress = Progress(name, "shards", len(expected), emit=lambda line: print(
-            f"{line} | {sum(got.values())} images, {sum(got.values()) / max(time.monotonic() - t_start, 1e-9):.1f} images/s"
-            f" | {format_vlm_line(vlm_call_stats({'vlm': seen}))} | {format_usage_line(vlm_call_stats({'vlm': seen}))}",
-            flush=True))
+
+        def emit(line: str) -> None:
+            vlm = tally.vlm()
+            print(f"{line} | {tally.images} images, {tally.images / max(time.monotonic() - t_start, 1e-9):.1f} images/s"
+                  f" | {format_vlm_line(vlm)} | {format_usage_line(vlm)}", flush=True)
+
+        progress = Progress(name, "shards", len(expected), emit=emit)
 
         def commit(block: bool) -> None:
             nonlocal written, incomplete
@@ -339,12 +341,8 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
 
         try:
             for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                for s, n, v in zip(batch.column("shard").to_pylist(), batch.column("images").to_pylist(),
-                                   batch.column("run_vlm_json").to_pylist()):
-                    got[s] = got.get(s, 0) + n
-                    seen = merge_counters(seen, json.loads(v))
-                    if got[s] == expected[s]:
-                        running[finish.remote(str(out), s, cfg.gate, expected[s])] = s
+                for s in tally.add(batch):
+                    running[finish.remote(str(out), s, cfg.gate, expected[s])] = s
                 if running:
                     commit(block=False)
             while running:
@@ -361,7 +359,7 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
                                     f"the same command: it annotates only what is missing") from exc
         wall = time.monotonic() - t_start
         shutil.rmtree(spool_root(out), ignore_errors=True)  # every shard is written: only empty folders are left
-        run_vlm = vlm_call_stats({"vlm": seen})
+        run_vlm = vlm_call_stats({"vlm": tally.counters})
         extra["throughput"] = throughput(run_vlm, work.num_rows, wall, _gpus_held(cfg), cfg.cost.gpu_hour_usd)
         extra["throughput"]["vlm_this_run"] = run_vlm
         print(f"[{name}] this run: {format_throughput_line(extra['throughput'])}", flush=True)

@@ -2,8 +2,9 @@
 
 The last stage of the graph (:class:`SpoolStage`, fused with the gate in the same Ray task)
 writes each batch's finished rows to the shard's spool folder and sends the driver one small
-summary row per (batch, shard): the shard, how many images, and this run's VLM counters. When
-a shard's images are all spooled, the driver starts :func:`finish_shard` as a Ray task: it
+summary row per (batch, shard): the shard, how many images, this run's VLM counters and the
+kinds of the calls that failed after their retries (read by :class:`RunTally`). When a shard's
+images are all spooled, the driver starts :func:`finish_shard` as a Ray task: it
 reads the spool (plus the images an earlier run finished, from ``pending/``), balances the
 shard and writes it exactly as :func:`pipelines.annotate_shards.write_shard` always has, then
 drops the spool. Shard membership and every decision are fixed by the plan and the image, so
@@ -20,6 +21,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,12 +29,13 @@ import pyarrow.parquet as pq
 
 from pipelines.annotate_shards import NOT_RUN, load_pending, write_shard
 from pipelines.annotate_stages import VLM_PASSES, merge_counters
+from relate.annotation_stats import vlm_call_stats
 from relate.gate import GateConfig
 
-__all__ = ["SpoolStage", "SUMMARY_SCHEMA", "spool_root", "spool_dir", "spooled_rows", "finish_shard"]
+__all__ = ["SpoolStage", "SUMMARY_SCHEMA", "RunTally", "spool_root", "spool_dir", "spooled_rows", "finish_shard"]
 
 SUMMARY_SCHEMA = pa.schema([pa.field("shard", pa.string()), pa.field("images", pa.int64()),
-                            pa.field("run_vlm_json", pa.string())])
+                            pa.field("run_vlm_json", pa.string()), pa.field("failures_json", pa.string())])
 
 
 def spool_root(out: Path) -> Path:
@@ -51,7 +54,7 @@ class SpoolStage:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         shards = batch.column("shard")
-        rows = {"shard": [], "images": [], "run_vlm_json": []}
+        rows = {"shard": [], "images": [], "run_vlm_json": [], "failures_json": []}
         for s in sorted(set(shards.to_pylist())):
             part = batch.filter(pc.equal(shards, s))
             ids = part.column("image_id").to_pylist()
@@ -65,10 +68,51 @@ class SpoolStage:
             if "run_vlm_json" in part.column_names:
                 for v in part.column("run_vlm_json").to_pylist():
                     vlm = merge_counters(vlm, json.loads(v or "{}"))
+            # a row carrying a failure is one row of the shard's failures table (write_shard): counting
+            # them here gives the driver, during the run, the count the final statistics read from disk
+            failed: dict[str, int] = {}
+            if "failure_json" in part.column_names:
+                for f in part.column("failure_json").to_pylist():
+                    if f:
+                        kind = json.loads(f)["kind"]
+                        failed[kind] = failed.get(kind, 0) + 1
             rows["shard"].append(s)
             rows["images"].append(len(ids))
             rows["run_vlm_json"].append(json.dumps(vlm))
+            rows["failures_json"].append(json.dumps(failed))
         return pa.table(rows, schema=SUMMARY_SCHEMA)
+
+
+class RunTally:
+    """What the driver knows of a running job, from the summary rows alone: images back per
+    shard, this run's VLM counters, and the failed calls still outstanding by kind."""
+
+    def __init__(self, expected: Mapping[str, int]) -> None:
+        self.expected = dict(expected)  # shard -> images this run annotates in it
+        self.got: dict[str, int] = {}
+        self.counters: dict = {}  # this run's VLM counters (merge_counters form)
+        self.outstanding: dict[str, int] = {}
+
+    @property
+    def images(self) -> int:
+        return sum(self.got.values())
+
+    def add(self, batch: pa.Table) -> list[str]:
+        """Count a batch of summary rows; returns the shards whose images are now all back."""
+        full = []
+        for s, n, v, f in zip(batch.column("shard").to_pylist(), batch.column("images").to_pylist(),
+                              batch.column("run_vlm_json").to_pylist(), batch.column("failures_json").to_pylist()):
+            self.got[s] = self.got.get(s, 0) + n
+            self.counters = merge_counters(self.counters, json.loads(v))
+            for kind, k in json.loads(f or "{}").items():
+                self.outstanding[kind] = self.outstanding.get(kind, 0) + k
+            if self.got[s] == self.expected[s]:
+                full.append(s)
+        return full
+
+    def vlm(self) -> dict:
+        """:func:`relate.annotation_stats.vlm_call_stats` of this run so far, failures outstanding included."""
+        return vlm_call_stats({"vlm": self.counters}, self.outstanding)
 
 
 def spooled_rows(out: Path, shard: str) -> dict[str, dict]:

@@ -5,6 +5,7 @@ VLM that goes down stops the run with its work on disk, bad images become reject
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -59,7 +60,8 @@ def _assert_tokens_as_sent(vlm: dict, sent: list) -> None:
     assert all(d["latency_ms"]["p50"] and d["latency_ms"]["p99"] >= d["latency_ms"]["p50"] for d in per)
 
 
-def test_flaky_server_failures_are_listed_and_a_rerun_retries_exactly_them(ray_session, world_and_clean_run, tmp_path):
+def test_flaky_server_failures_are_listed_and_a_rerun_retries_exactly_them(ray_session, world_and_clean_run, tmp_path,
+                                                                            capsys):
     inp, ref = world_and_clean_run
     # the client's 1.5 s timeout (in _cfg) is far above a normal answer's time even on a loaded machine, and the
     # server stalls 2.5 s: a retry never overtakes its own slow first attempt at the server (as in the unit tests)
@@ -79,6 +81,9 @@ def test_flaky_server_failures_are_listed_and_a_rerun_retries_exactly_them(ray_s
         assert annotated | pending == set(shard_plan(cfg).column("image_id").to_pylist())
         vlm = first.stats["vlm"]
         assert sum(vlm["outstanding_failures"].values()) == len(fails) and vlm["retries"] > 0
+        # the live progress line counts them as they come back: its last line agrees with the summary
+        live = [int(m) for m in re.findall(r"\| calls .*, outstanding (\d+) \|", capsys.readouterr().out)]
+        assert live and live == sorted(live) and live[-1] == len(fails)
         assert sum(vlm["failed_calls"].values()) == len(fails) and vlm["calls"] >= 15
         saved = json.loads((out / "stats" / "annotation_stats.json").read_text())
         assert saved["vlm"] == vlm

@@ -20,8 +20,10 @@ from pipelines.annotate import AnnotateConfig, annotate_local, shard_plan
 from pipelines.annotate_input import ImagesInput, read_boxes_file
 from pipelines.annotate_shards import read_failures, shard_paths
 from pipelines.annotate_stages import GateStage, MarkStage, ParseStage, PassesStage
+from pipelines.annotate_writer import RunTally, SpoolStage, finish_shard
 from pipelines.vlm_calls import UNAVAILABLE
-from relate.annotation_stats import IMAGE_RULES, annotation_statistics
+from relate.annotation_stats import IMAGE_RULES, annotation_statistics, format_vlm_line
+from relate.gate import GateConfig
 
 
 def _req(i: int) -> VLMRequest:
@@ -245,3 +247,25 @@ def test_vllm_engine_token_columns_are_counted_as_the_engine_reported_them():
     assert u["prompt_tokens"] == 300 + 301 + 302 and u["completion_tokens"] == 9 + 10 + 11
     assert 250 * 0.98 < u["latency_ms"]["p50"] < 500 * 1.03 and u["busy_s"] is None  # no batch timing in the engine path
     assert json.loads(out[3]["failure_json"])["kind"] == "engine_error"
+
+
+def test_live_tally_counts_outstanding_failures_as_the_shard_files_list_them(tmp_path):
+    good = _image_rows(tmp_path)[0]
+    rows = [dict(good, image_id=f"img{i}", boxes=[dict(b, x2=b["x2"] - i) for b in good["boxes"]]) for i in range(8)]
+    with flaky_vlm(mode="clean", dead_after=2) as srv:  # two answers, then 503 for every request
+        stage = PassesStage(dict(backend="openai", openai=dict(base_url=srv.url, max_retries=0, backoff_s=0.0)),
+                            max_consecutive_failures=4)
+        gated = GateStage()(stage(MarkStage()(pa.Table.from_pylist(rows))))
+    out = tmp_path / "out"
+    tally = RunTally({"train/part-00000": len(rows)})
+    assert tally.add(SpoolStage(str(out))(gated.slice(0, 5))) == []
+    assert tally.add(SpoolStage(str(out))(gated.slice(5))) == ["train/part-00000"]
+    line = format_vlm_line(tally.vlm())
+    assert finish_shard(out, "train/part-00000", GateConfig(), len(rows)) is False
+    on_disk: dict[str, int] = {}
+    for kind in read_failures(out).column("kind").to_pylist():
+        on_disk[kind] = on_disk.get(kind, 0) + 1
+    # two semantic calls are answered (their images then fail in the grow pass), every other call fails
+    assert tally.outstanding == on_disk and sum(on_disk.values()) == len(rows) > 0
+    assert set(on_disk) == {"http_503", UNAVAILABLE}
+    assert line.endswith(f"outstanding {len(rows)}") and f"http_503 {on_disk['http_503']}" in line
