@@ -13,6 +13,8 @@ import sys
 import types
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 import pytest
 
@@ -168,6 +170,93 @@ def test_sgb_on_a_native_vg150_folder_in_one_command(tmp_path, monkeypatch):
     # read under --protocol sgb (the default): the rows SGB's loader keeps are the rows scored
     assert res["scores"]["gt_rows"]["equal"] and res["scores"]["object_labels"] == "scored"
     assert pq.read_table(tmp_path / "sg.parquet").column("image_id").to_pylist() == ["T1", "T2"]
+
+
+def _random_boxlists(BoxList, n, seed):
+    """n sgdet-like BoxLists over man/horse (3-4 detections, every ordered pair, 2 predicates +
+    background), scores in quarters so the ranking has ties."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        nd = int(rng.integers(3, 5))
+        xy = rng.uniform(0, 40, (nd, 2))
+        b = BoxList(np.concatenate([xy, xy + rng.uniform(8, 30, (nd, 2))], 1).tolist(), (100, 100))
+        b.add_field("pred_labels", torch.tensor(rng.integers(1, 3, nd)))
+        b.add_field("pred_scores", torch.tensor(rng.integers(1, 5, nd) / 4, dtype=torch.float32))
+        b.add_field("rel_pair_idxs", torch.tensor([(i, j) for i in range(nd) for j in range(nd) if i != j]))
+        b.add_field("pred_rel_scores", torch.tensor(rng.integers(0, 4, (nd * (nd - 1), 3)) / 4, dtype=torch.float32))
+        out.append(b)
+    return out
+
+
+def test_sgb_shard_folder_scores_as_one_file_with_per_image_rows(tmp_path, monkeypatch):
+    # The same 5 images saved as SGB does (one eval_results.pytorch) and as a folder of shards in
+    # each accepted shape: a bare list, a single BoxList (a per-image file), an eval_results dict;
+    # name order with digits as numbers puts part_2 before part_10. Converted and scored streaming,
+    # both give the same file, totals and per-image rows, equal to scoring the file whole.
+    import torch
+
+    BoxList = _boxlist_module(monkeypatch)
+    boxes = _random_boxlists(BoxList, 5, 0)
+    torch.save({"groundtruths": [], "predictions": boxes}, tmp_path / "eval_results.pytorch")
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    torch.save(boxes[:2], shards / "part_1.pytorch")
+    torch.save(boxes[2], shards / "part_2.pth")
+    torch.save({"predictions": boxes[3:]}, shards / "part_10.pytorch")
+    (shards / "README.txt").write_text("not a shard")
+    for name in ("maskrcnn_benchmark", "maskrcnn_benchmark.structures", "maskrcnn_benchmark.structures.bounding_box"):
+        monkeypatch.delitem(sys.modules, name)
+    dicts = tmp_path / "dicts.json"
+    dicts.write_text(json.dumps({"idx_to_label": {"1": "man", "2": "horse"}, "idx_to_predicate": {"1": "on", "2": "near"}}))
+    rels = [[_rel(0, 1, "on"), _rel(1, 0, "near")], [_rel(0, 1, "near")], [], [_rel(1, 0, "on")] * 2, [_rel(0, 1, "on")]]
+    corpus = _corpus(tmp_path / "c.parquet", [(f"I{i}", MAN_HORSE, r) for i, r in enumerate(rels)])
+    res = {}
+    for name, src in (("one", tmp_path / "eval_results.pytorch"), ("shards", shards)):
+        res[name] = main(ConvertConfig(source_format="sgb", input=str(src), dicts=str(dicts), benchmark_reader="parquet",
+                                       benchmark_path=corpus, out=str(tmp_path / f"{name}.parquet"), score=True,
+                                       ks=[1, 5, 20]))
+    one, shard = res["one"], res["shards"]
+    assert pq.read_table(one["out"]).equals(pq.read_table(shard["out"]))
+    assert one["scores"]["graph_constrained"] == shard["scores"]["graph_constrained"]
+    assert one["scores"]["unconstrained"] == shard["scores"]["unconstrained"]
+    rows_one, rows_shard = pq.read_table(one["scores"]["per_image"]), pq.read_table(shard["scores"]["per_image"])
+    assert rows_one.drop(["system"]).equals(rows_shard.drop(["system"]))
+    from eval_jobs.ovsgg_cells import load_benchmark
+    from eval_jobs.ovsgg_config import BenchmarkSpec
+    from relate.metrics import evaluate_scene_graphs, load_ground_truth, load_scene_graphs
+
+    bench = load_benchmark(BenchmarkSpec(name="c", axis="A1", reader="parquet", path=corpus, split="test"), "sgb")
+    gt = load_ground_truth(bench.corpus)
+    whole = evaluate_scene_graphs(gt, load_scene_graphs(one["out"], gt), ks=[1, 5, 20], graph_constrained=False,
+                                  protocol="sgb", predicates=list(bench.predicates), per_image=True)
+    assert {k: v for k, v in whole.metrics.items() if k.split("@")[0] in ("R", "mR") or "@" not in k} == \
+        one["scores"]["unconstrained"]
+    nogc = rows_one.filter(pa.compute.equal(rows_one.column("mode"), "unconstrained"))
+    assert nogc.select(["image_id", "k", "n_gt", "hits", "recall", "predicates"]).to_pylist() == \
+        [{k: v for k, v in r.items() if k != "box_source"} for r in whole.per_image]
+    # I2 has no GT relation: no row, as SGB's R@K skips it; I3's repeated row counts twice
+    assert sorted(set(rows_one.column("image_id").to_pylist())) == ["I0", "I1", "I3", "I4"]
+    assert {r["n_gt"] for r in rows_one.to_pylist() if r["image_id"] == "I3"} == {2}
+    assert 0 < one["scores"]["graph_constrained"]["R@20"] and one["scores"]["graph_constrained"]["R@1"] < 1
+
+
+def test_sgb_per_image_rows_by_hand(tmp_path, monkeypatch):
+    # The two-image file of the first test: A's GT "man on horse" is found at rank 2, B's "near"
+    # at rank 1, so A has 0 hits at K=1 and 1 at K=2, B 1 and 1; R@1 = (0 + 1) / 2 is their mean.
+    src, dicts = _sgb_file(tmp_path, monkeypatch)
+    corpus = _corpus(tmp_path / "c.parquet", [("A", MAN_HORSE, [_rel(0, 1, "on")]),
+                                              ("B", MAN_HORSE, [_rel(0, 1, "near")])])
+    res = main(ConvertConfig(source_format="sgb", input=src, dicts=dicts, benchmark_reader="parquet",
+                             benchmark_path=corpus, out=str(tmp_path / "sg.parquet"), score=True, ks=[1, 2]))
+    rows = pq.read_table(res["scores"]["per_image"]).to_pylist()
+    gc = [(r["image_id"], r["k"], r["hits"], r["n_gt"], r["recall"]) for r in rows if r["mode"] == "graph_constrained"]
+    assert gc == [("A", 1, 0, 1, 0.0), ("B", 1, 1, 1, 1.0), ("A", 2, 1, 1, 1.0), ("B", 2, 1, 1, 1.0)]
+    assert rows[0]["predicates"] == [{"predicate": "on", "hits": 0, "n_gt": 1}]
+    assert res["scores"]["graph_constrained"]["R@1"] == np.mean([r[4] for r in gc if r[1] == 1])
+    assert (rows[0]["protocol"], rows[0]["matcher"], rows[0]["system"]) == ("sgb", "legacy", "sg")
 
 
 # ------------------------------------------------------------------ openpsg
