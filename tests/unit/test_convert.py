@@ -173,7 +173,8 @@ def test_sgb_on_a_native_vg150_folder_in_one_command(tmp_path, monkeypatch):
 
 
 def _random_boxlists(BoxList, n, seed):
-    """n sgdet-like BoxLists over man/horse (3-4 detections, every ordered pair, 2 predicates +
+    """n sgdet-like BoxLists over man/horse (3-4 detections, the first two on the GT boxes of
+    MAN_HORSE, every ordered pair, 2 predicates +
     background), scores in quarters so the ranking has ties."""
     import torch
 
@@ -182,8 +183,10 @@ def _random_boxlists(BoxList, n, seed):
     for _ in range(n):
         nd = int(rng.integers(3, 5))
         xy = rng.uniform(0, 40, (nd, 2))
-        b = BoxList(np.concatenate([xy, xy + rng.uniform(8, 30, (nd, 2))], 1).tolist(), (100, 100))
-        b.add_field("pred_labels", torch.tensor(rng.integers(1, 3, nd)))
+        xyxy = np.concatenate([xy, xy + rng.uniform(8, 30, (nd, 2))], 1)
+        xyxy[:2] = [[0, 0, 9, 9], [20, 20, 29, 29]] + rng.integers(-1, 2, (2, 4))  # near MAN_HORSE's GT boxes
+        b = BoxList(xyxy.tolist(), (100, 100))
+        b.add_field("pred_labels", torch.tensor([1, 2] + rng.integers(1, 3, nd - 2).tolist()))
         b.add_field("pred_scores", torch.tensor(rng.integers(1, 5, nd) / 4, dtype=torch.float32))
         b.add_field("rel_pair_idxs", torch.tensor([(i, j) for i in range(nd) for j in range(nd) if i != j]))
         b.add_field("pred_rel_scores", torch.tensor(rng.integers(0, 4, (nd * (nd - 1), 3)) / 4, dtype=torch.float32))
