@@ -92,6 +92,8 @@ class ConvertConfig(StrictConfig):
                                           "labels whenever the file carries them; false: label-agnostic (IoU "
                                           "alone); the result names which (object_labels). sgb: always labels")
 
+    chunk_scores: int = Field(default=1 << 24, ge=1, description="sgb: pair scores converted at a time; each chunk "
+                              "of images (about this many scores, 64 MB in float32) is one row group of --out")
     score_workers: int = Field(default=0, ge=0, description="--score under sgb on a dense file: Ray tasks scoring "
                                "its row groups in parallel (0: one after another in this process)")
 
@@ -246,7 +248,7 @@ def _write_sgb(cfg: ConvertConfig, bench) -> dict:
 
     try:
         with pq.ParquetWriter(tmp, scene_graphs_schema(predicates)) as writer:
-            for chunk in iter_sgb(cfg.input, cfg.dicts):
+            for chunk in iter_sgb(cfg.input, cfg.dicts, cfg.chunk_scores):
                 pos = counts["images"]
                 if pos + len(chunk) > len(ids):
                     raise mismatch(_count_sgb(cfg))

@@ -18,6 +18,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 import pytest
 
+from _sgb_files import SGB_MODULES, boxlist_module as _boxlist_module, random_boxlists as _random_boxlists
 from eval_jobs.convert import ConvertConfig, main, parse_args
 from relate.schema import CORPUS_SCHEMA, SchemaError, scene_graph_predicates, to_table
 
@@ -42,27 +43,6 @@ MAN_HORSE = [_box(0, 0, 9, 9, "man"), _box(20, 20, 29, 29, "horse")]
 
 # ------------------------------------------------------------------ sgb
 
-def _boxlist_module(monkeypatch):
-    """maskrcnn_benchmark.structures.bounding_box.BoxList, present only while the test saves."""
-    import torch
-
-    mod = types.ModuleType("maskrcnn_benchmark.structures.bounding_box")
-
-    class BoxList:
-        def __init__(self, bbox, size, mode="xyxy"):
-            self.bbox, self.size, self.mode = torch.as_tensor(bbox, dtype=torch.float32), size, mode
-            self.extra_fields, self.triplet_extra_fields = {}, []
-
-        def add_field(self, k, v):
-            self.extra_fields[k] = torch.as_tensor(v)
-
-    BoxList.__module__, BoxList.__qualname__ = mod.__name__, "BoxList"
-    mod.BoxList = BoxList
-    for name in ("maskrcnn_benchmark", "maskrcnn_benchmark.structures", mod.__name__):
-        monkeypatch.setitem(sys.modules, name, mod if name == mod.__name__ else types.ModuleType(name))
-    return BoxList
-
-
 def _sgb_file(tmp_path, monkeypatch):
     import torch
 
@@ -82,7 +62,7 @@ def _sgb_file(tmp_path, monkeypatch):
     b.add_field("pred_rel_labels", torch.tensor([2]))
     path = tmp_path / "eval_results.pytorch"
     torch.save({"groundtruths": [], "predictions": [a, b]}, path)
-    for name in ("maskrcnn_benchmark", "maskrcnn_benchmark.structures", "maskrcnn_benchmark.structures.bounding_box"):
+    for name in SGB_MODULES:
         monkeypatch.delitem(sys.modules, name)  # loading must not need SGB's code
     dicts = tmp_path / "dicts.json"
     dicts.write_text(json.dumps({"idx_to_label": {"1": "man", "2": "horse"}, "idx_to_predicate": {"1": "on", "2": "near"}}))
@@ -160,7 +140,7 @@ def test_sgb_on_a_native_vg150_folder_in_one_command(tmp_path, monkeypatch):
         b.add_field("pred_rel_scores", scores)
         out.append(b)
     torch.save({"groundtruths": [], "predictions": out}, tmp_path / "eval_results.pytorch")
-    for name in ("maskrcnn_benchmark", "maskrcnn_benchmark.structures", "maskrcnn_benchmark.structures.bounding_box"):
+    for name in SGB_MODULES:
         monkeypatch.delitem(sys.modules, name)
     res = main(parse_args(["--from", "sgb", "--input", str(tmp_path / "eval_results.pytorch"),
                            "--dicts", str(root / "VG-SGG-dicts-with-attri.json"), "--benchmark-reader", "vg150",
@@ -170,28 +150,6 @@ def test_sgb_on_a_native_vg150_folder_in_one_command(tmp_path, monkeypatch):
     # read under --protocol sgb (the default): the rows SGB's loader keeps are the rows scored
     assert res["scores"]["gt_rows"]["equal"] and res["scores"]["object_labels"] == "scored"
     assert pq.read_table(tmp_path / "sg.parquet").column("image_id").to_pylist() == ["T1", "T2"]
-
-
-def _random_boxlists(BoxList, n, seed):
-    """n sgdet-like BoxLists over man/horse (3-4 detections, the first two on the GT boxes of
-    MAN_HORSE, every ordered pair, 2 predicates +
-    background), scores in quarters so the ranking has ties."""
-    import torch
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        nd = int(rng.integers(3, 5))
-        xy = rng.uniform(0, 40, (nd, 2))
-        xyxy = np.concatenate([xy, xy + rng.uniform(8, 30, (nd, 2))], 1)
-        xyxy[:2] = [[0, 0, 9, 9], [20, 20, 29, 29]] + rng.integers(-1, 2, (2, 4))  # near MAN_HORSE's GT boxes
-        b = BoxList(xyxy.tolist(), (100, 100))
-        b.add_field("pred_labels", torch.tensor([1, 2] + rng.integers(1, 3, nd - 2).tolist()))
-        b.add_field("pred_scores", torch.tensor(rng.integers(1, 5, nd) / 4, dtype=torch.float32))
-        b.add_field("rel_pair_idxs", torch.tensor([(i, j) for i in range(nd) for j in range(nd) if i != j]))
-        b.add_field("pred_rel_scores", torch.tensor(rng.integers(0, 4, (nd * (nd - 1), 3)) / 4, dtype=torch.float32))
-        out.append(b)
-    return out
 
 
 def test_sgb_shard_folder_scores_as_one_file_with_per_image_rows(tmp_path, monkeypatch):
@@ -210,7 +168,7 @@ def test_sgb_shard_folder_scores_as_one_file_with_per_image_rows(tmp_path, monke
     torch.save(boxes[2], shards / "part_2.pth")
     torch.save({"predictions": boxes[3:]}, shards / "part_10.pytorch")
     (shards / "README.txt").write_text("not a shard")
-    for name in ("maskrcnn_benchmark", "maskrcnn_benchmark.structures", "maskrcnn_benchmark.structures.bounding_box"):
+    for name in SGB_MODULES:
         monkeypatch.delitem(sys.modules, name)
     dicts = tmp_path / "dicts.json"
     dicts.write_text(json.dumps({"idx_to_label": {"1": "man", "2": "horse"}, "idx_to_predicate": {"1": "on", "2": "near"}}))
@@ -220,9 +178,10 @@ def test_sgb_shard_folder_scores_as_one_file_with_per_image_rows(tmp_path, monke
     for name, src in (("one", tmp_path / "eval_results.pytorch"), ("shards", shards)):
         res[name] = main(ConvertConfig(source_format="sgb", input=str(src), dicts=str(dicts), benchmark_reader="parquet",
                                        benchmark_path=corpus, out=str(tmp_path / f"{name}.parquet"), score=True,
-                                       ks=[1, 5, 20]))
+                                       ks=[1, 5, 20], chunk_scores=30))  # row groups of 1-3 images
     one, shard = res["one"], res["shards"]
     assert pq.read_table(one["out"]).equals(pq.read_table(shard["out"]))
+    assert pq.ParquetFile(one["out"]).num_row_groups >= 2
     assert one["scores"]["graph_constrained"] == shard["scores"]["graph_constrained"]
     assert one["scores"]["unconstrained"] == shard["scores"]["unconstrained"]
     rows_one, rows_shard = pq.read_table(one["scores"]["per_image"]), pq.read_table(shard["scores"]["per_image"])
