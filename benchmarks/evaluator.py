@@ -17,6 +17,16 @@ Figures:
 * ``dense_speedup_vs_flat``  the same outputs in the flat one-row-per-triplet layout (a detector
   table plus 4,000 triplet rows per image, scored by the same protocol on a subset, its per-image
   rate in ``flat_images_per_s``) against the dense path, after asserting both give the same numbers.
+* ``sgdet_full_images_per_s``  SGB sgdet outputs at the field's real size (benchmarks._sgb_outputs:
+  80 detections, 6,320 ordered pairs x 51 relation scores per image; 2,000 images, 40 under
+  --quick) saved as a folder of SGB shard files: images per second through ``python -m
+  eval_jobs.convert --from sgb ... --score`` in a fresh process (read the shards, write the
+  scene-graphs Parquet, score it under ``sgb`` both modes streaming, write the per-image rows;
+  torch's import is paid before the clock starts); ``sgdet_full_26446_images_min`` extrapolates
+  it linearly to VG150's test split (every step is per image);
+* ``sgdet_full_peak_rss_mb``  that process's peak resident memory: bounded by a chunk of images,
+  not by the split (the full split's scores alone are 34 GB).
+No SGB-reference timing: this benchmark has no path that runs Scene-Graph-Benchmark's own code.
 """
 
 from __future__ import annotations
@@ -169,6 +179,42 @@ def measure_dense(quick: bool) -> dict[str, float]:
             "dense_R@50_gc": round(full["R@50_gc"], 4), "dense_R@50_nogc": round(full["R@50_nogc"], 4)}
 
 
+_SGDET_JOB = """
+import json, resource, sys, time
+import torch  # a scoring job pays this once; not what is measured
+from eval_jobs.convert import main, parse_args
+t0 = time.perf_counter()
+res = main(parse_args(sys.argv[1:]))
+print(json.dumps({"s": time.perf_counter() - t0, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "images": res["images"], "gc": res["scores"]["graph_constrained"]}))
+"""
+
+
+def measure_sgdet_full(quick: bool) -> dict[str, float]:
+    """Full-size SGB sgdet outputs through the convert-and-score job, in a fresh process."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from benchmarks._sgb_outputs import N_COLS, N_PAIRS, write_sgb_outputs
+
+    n = 40 if quick else 2_000
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = write_sgb_outputs(tmp, n)
+        args = ["--from", "sgb", "--input", paths["shards"], "--dicts", paths["dicts"], "--benchmark-reader", "parquet",
+                "--benchmark-path", paths["corpus"], "--out", f"{tmp}/sgdet.parquet", "--score"]
+        out = subprocess.run([sys.executable, "-c", _SGDET_JOB, *args], check=True, capture_output=True, text=True)
+        job = json.loads(out.stdout.strip().splitlines()[-1])
+    if job["images"] != n:
+        raise AssertionError(f"the job converted {job['images']} images, not {n}")
+    rate = n / job["s"]
+    return {"sgdet_full_images_per_s": round(rate, 2), "sgdet_full_peak_rss_mb": round(job["rss_mb"], 1),
+            "sgdet_full_images": float(n), "sgdet_full_scores": float(n * N_PAIRS * N_COLS),
+            "sgdet_full_26446_images_min": round(26_446 / rate / 60, 1),
+            "sgdet_full_R@50_gc": round(job["gc"]["R@50"], 4)}
+
+
 def measure(quick: bool) -> dict[str, float]:
     import_s = metrics_import_s(2 if quick else 5)
     corpus, preds = make_data(10_000)
@@ -194,7 +240,8 @@ def measure(quick: bool) -> dict[str, float]:
     return {"eval_10k_images_s": round(eval_s, 3), "speedup_vs_loop": round(loop_s / vec_s, 2),
             "metrics_import_s": round(import_s, 3),
             "loop_images": float(n_loop), "triplets_10k": float(10_000 * N_PAIRS * PER_PAIR),
-            "R@50": round(full["R@50"], 4), "mR@50": round(full["mR@50"], 4), **measure_dense(quick)}
+            "R@50": round(full["R@50"], 4), "mR@50": round(full["mR@50"], 4), **measure_dense(quick),
+            **measure_sgdet_full(quick)}
 
 
 if __name__ == "__main__":
