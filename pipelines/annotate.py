@@ -234,7 +234,8 @@ def _work(cfg: AnnotateConfig, plan: pa.Table) -> tuple[pa.Table, dict[str, list
             carried[s] = [r for r in left if not r.get("failure_json")]
             failed.update({r["image_id"]: r for r in left if r.get("failure_json")})
     shard_col = plan.column("shard").to_pylist()
-    fresh = plan.filter(pa.array([s not in done and s not in carried for s in shard_col]))
+    keep = [s not in done and s not in carried for s in shard_col]
+    fresh = plan if all(keep) else plan.filter(pa.array(keep))  # a first run: no second copy of every record
     parts = [_with_state(fresh)] if fresh.num_rows else []
     if failed:
         again = plan.filter(pa.array([i in failed for i in plan.column("image_id").to_pylist()])).to_pylist()
