@@ -66,7 +66,8 @@ FORMATS = ("sgb", "openpsg", "openpsg-pkl", "vlm")
 class ConvertConfig(StrictConfig):
     source_format: Literal["sgb", "openpsg", "openpsg-pkl", "vlm"] = Field(description="format of --input "
                                                                            "(CLI: --from)")
-    input: str = Field(description="the native output: eval_results.pytorch (sgb), the submission folder "
+    input: str = Field(description="the native output: eval_results.pytorch or a folder of its shards (sgb), the "
+                                   "submission folder "
                                    "(openpsg), results.pkl (openpsg-pkl) or a JSON-lines file (vlm)")
     out: str = Field(description="scene-graphs Parquet to write (relate.schema SCENE_GRAPHS_SCHEMA)")
     benchmark_reader: str | None = Field(default=None, description="reader of the evaluated split ('parquet' for a "
