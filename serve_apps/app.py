@@ -30,7 +30,8 @@ from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError
 
 from serve_apps import security as S
-from serve_apps.auth import PAGE_SUFFIXES, BearerAuthMiddleware, require_token_for_bind
+from serve_apps.auth import (PAGE_SUFFIXES, BearerAuthMiddleware, HostCheckMiddleware, allowed_host_names,
+                             require_token_for_bind)
 from serve_apps.config import ServeAppConfig
 from serve_apps.metrics import RequestMetricsMiddleware
 from serve_apps.schemas import (ErrorBody, GraphParams, GraphRequest, GraphResponse, HealthResponse, JudgeParams,
@@ -47,6 +48,9 @@ api.add_middleware(S.BodyLimitMiddleware, max_bytes=lambda: S.STATE["max_request
 # every route (docs and health included) needs the token when one is set; the page's static
 # files do not (a browser loads them before it can send the token; they carry no data)
 api.add_middleware(BearerAuthMiddleware, token=lambda: S.STATE["token"], open_paths=(), open_suffixes=PAGE_SUFFIXES)
+# without a token (loopback only) only loopback Host names pass, page files included: a page
+# served from a name its attacker points at 127.0.0.1 (DNS rebinding) gets nothing
+api.add_middleware(HostCheckMiddleware, allowed=lambda: S.STATE["allowed_hosts"])
 api.add_middleware(RequestMetricsMiddleware)  # added last, so it runs first: refused requests are counted too
 S.install_error_handlers(api)
 _bearer = HTTPBearer(auto_error=False, description="required when the server is configured with a token")
@@ -100,8 +104,11 @@ class IngressDeployment:
     def __init__(self, cfg: ServeAppConfig, relation, detector, judge) -> None:
         self.cfg, self.sec = cfg, cfg.security
         S.configure(cfg.security)
-        # the proxy's real bind address (http_options.host of the YAML or serve.start), not cfg.http
-        require_token_for_bind(self._serve_bind_host(), S.STATE["token"], "the relate API")
+        # the proxy's real settings (http_options of the YAML or serve.start), not cfg.http
+        proxy = self._serve_http_options()
+        host = proxy.host
+        require_token_for_bind(host, S.STATE["token"], "the relate API")
+        S.STATE["allowed_hosts"] = None if S.STATE["token"] else allowed_host_names(host, self.sec.allowed_hosts)
         self.relation, self.detector, self.judge_handle = relation, detector, judge
         self.banks = {"default", *cfg.relation.banks}
         self._ready: tuple[float, dict[str, str]] = (0.0, {})
@@ -276,10 +283,10 @@ class IngressDeployment:
 
     # module-level functions are not shipped with the class (Serve pickles it by value)
     @staticmethod
-    def _serve_bind_host() -> str:
+    def _serve_http_options():
         from ray.serve.context import _get_global_client
 
-        return _get_global_client().http_config.host
+        return _get_global_client().http_config
 
     @staticmethod
     def _deployment_states() -> dict[str, str]:

@@ -37,9 +37,8 @@ from relate.audit.store import VERDICTS, AuditStoreError, UnknownItemError, Verd
 from relate.config import StrictConfig
 from relate.data.corpus import corpus_dir, read_corpus
 from serve_apps.audit_guard import (AUDITOR_SCOPE_KEY, TOKENS_FILE_ENV, AuditorAuthMiddleware, AuditorTokens,
-                                    SecurityHeadersMiddleware, SmallBodyMiddleware, allowed_host_names,
-                                    load_auditor_tokens)
-from serve_apps.auth import AuthConfigError, require_token_for_bind
+                                    SecurityHeadersMiddleware, SmallBodyMiddleware, load_auditor_tokens)
+from serve_apps.auth import AuthConfigError, allowed_host_names, require_token_for_bind
 
 __all__ = ["AuditAppConfig", "make_audit_app", "main", "SUBJECT_COLOUR", "OBJECT_COLOUR"]
 

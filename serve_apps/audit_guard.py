@@ -24,11 +24,10 @@ from relate.audit.store import AuditStoreError, check_auditor
 from serve_apps.auth import AuthConfigError, read_token, token_matches
 
 __all__ = ["TOKENS_FILE_ENV", "AUDITOR_SCOPE_KEY", "CSP", "AuditorTokens", "load_auditor_tokens",
-           "allowed_host_names", "AuditorAuthMiddleware", "SmallBodyMiddleware", "SecurityHeadersMiddleware"]
+           "AuditorAuthMiddleware", "SmallBodyMiddleware", "SecurityHeadersMiddleware"]
 
 TOKENS_FILE_ENV = "RELATE_AUDIT_TOKENS_FILE"
 AUDITOR_SCOPE_KEY = "relate.auditor"  # where the middleware leaves the token's auditor for the routes
-LOOPBACK_HOST_NAMES = ("127.0.0.1", "localhost", "::1")
 # No inline script or style anywhere on the page; images are PNGs from /api/image turned into blob: URLs.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -107,16 +106,6 @@ def load_auditor_tokens(path: str | Path) -> AuditorTokens:
         except AuthConfigError as exc:
             raise AuthConfigError(f"{source}: auditor {name!r} has a bad token ({exc})") from None
     return AuditorTokens(pairs, source)
-
-
-def allowed_host_names(bind_host: str, extra: Iterable[str] = ()) -> list[str]:
-    """Host header values the page answers to: loopback names, the bind address and ``extra``.
-
-    Anything else is refused, so a DNS name an attacker points at 127.0.0.1 (DNS rebinding) cannot
-    make the auditor's own browser talk to the page on the attacker's behalf."""
-    names = dict.fromkeys([*LOOPBACK_HOST_NAMES, bind_host, *extra])
-    # starlette compares the Host header's host part, which keeps brackets around IPv6 literals.
-    return [f"[{h}]" if ":" in h and not h.startswith("[") else h.lower() for h in names if h]
 
 
 def _json_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -4,6 +4,9 @@ OpenAI-compatible app behind the same Serve proxy, the audit page).
 The rule:
 * a bearer token comes from the config, an environment variable or a file (never logged);
 * a bind address that is not loopback needs a token: without one the server refuses to start;
+* without a token (loopback only) a browser page could still reach the server through a DNS name
+  its attacker points at 127.0.0.1 (DNS rebinding), so only known Host names are answered
+  (:func:`allowed_host_names`, :class:`HostCheckMiddleware`);
 * when a token is configured, every route answers 401 without it (health and docs included),
   compared in constant time. Only Serve's own proxy probes (``/-/healthz``, ``/-/routes``), which
   carry no data, stay open so a load balancer or KubeRay can probe the node, and the static files
@@ -28,7 +31,7 @@ from typing import Awaitable, Callable, Iterable
 
 __all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "PROXY_CALLBACK", "PAGE_SUFFIXES", "AuthConfigError", "is_loopback",
            "read_token", "require_token_for_bind", "serve_bind_host", "token_matches", "BearerAuthMiddleware",
-           "proxy_middlewares"]
+           "LOOPBACK_HOST_NAMES", "allowed_host_names", "request_host", "HostCheckMiddleware", "proxy_middlewares"]
 
 TOKEN_ENV = "RELATE_API_TOKEN"             # default variable holding the token on every node
 TOKEN_FILE_ENV = "RELATE_API_TOKEN_FILE"   # or a file (a Kubernetes secret mount) holding it
@@ -37,6 +40,7 @@ PROBE_PATHS = frozenset({"/-/healthz", "/-/routes"})  # Serve's proxy probes: no
 # the relate app's static page under any route prefix (serve_apps/static/ui): GET and HEAD only
 PAGE_SUFFIXES = ("/ui/relate.html", "/ui/relate.js", "/ui/relate.css")
 _MIN_TOKEN_CHARS = 16
+LOOPBACK_HOST_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
 class AuthConfigError(ValueError):
@@ -138,6 +142,49 @@ class BearerAuthMiddleware:
         await send({"type": "http.response.start", "status": 401,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"www-authenticate", b'Bearer realm="relate"')]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def allowed_host_names(bind_host: str, extra: Iterable[str] = ()) -> list[str]:
+    """Host header values a server without a token answers to: loopback names, the bind address
+    and ``extra``, lower case, IPv6 literals in brackets (as a Host header writes them).
+
+    Anything else is refused, so a DNS name an attacker points at 127.0.0.1 (DNS rebinding) cannot
+    make a local browser talk to the server on the attacker's behalf."""
+    names = dict.fromkeys([*LOOPBACK_HOST_NAMES, bind_host, *extra])
+    return [f"[{h}]" if ":" in h and not h.startswith("[") else h.lower() for h in names if h]
+
+
+def request_host(header: str | None) -> str:
+    """The host part of a Host header, lower case: '127.0.0.1:8000' -> '127.0.0.1', '[::1]:80' -> '[::1]'."""
+    value = (header or "").strip().lower()
+    if value.startswith("["):
+        return value[:value.find("]") + 1] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class HostCheckMiddleware:
+    """ASGI: a JSON 421 for any HTTP request whose Host header is not an allowed name.
+
+    ``allowed`` is the list or a callable returning it (None: no check, as when a token guards the
+    server instead and a rebinding page cannot know it)."""
+
+    def __init__(self, app, allowed: Iterable[str] | None | Callable[[], Iterable[str] | None]) -> None:
+        self.app, self._allowed = app, allowed
+
+    async def __call__(self, scope, receive, send) -> None:
+        allowed = self._allowed() if callable(self._allowed) else self._allowed
+        if scope["type"] not in ("http", "websocket") or allowed is None:
+            return await self.app(scope, receive, send)
+        host = request_host(_header(scope, b"host"))
+        if host in allowed:
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        body = json.dumps({"error": "unknown_host", "message": f"Host {host[:100]!r} is not served here (without a "
+                           f"token only {', '.join(allowed)} are answered)"}).encode()
+        await send({"type": "http.response.start", "status": 421,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
 

@@ -108,6 +108,9 @@ class SecuritySettings(StrictConfig):
                                                              "(prefer bearer_token_env or bearer_token_file)")
     bearer_token_env: str | None = Field(None, description="name of an environment variable holding the token (kept out of YAML)")
     bearer_token_file: str | None = Field(None, description="file holding the token (e.g. a Kubernetes secret mount)")
+    allowed_hosts: list[str] = Field(default_factory=list, description="without a token, Host names answered besides "
+                                     "127.0.0.1, localhost, ::1 and the bind address (others get 421: a browser page "
+                                     "cannot reach the API through a DNS name pointed at loopback); unused with a token")
     max_request_bytes: int = Field(16 * 2**20, gt=0, description="largest request body accepted (413 beyond)")
     body_timeout_s: float = Field(30.0, gt=0, description="a request body not fully received in this time gets 408")
     model_timeout_s: float = Field(120.0, gt=0, description="a model call slower than this gets 504 (the request is dropped)")
