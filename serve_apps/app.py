@@ -108,6 +108,7 @@ class IngressDeployment:
         proxy = self._serve_http_options()
         host = proxy.host
         require_token_for_bind(host, S.STATE["token"], "the relate API")
+        cfg.security.check_proxy_timeout(proxy.request_timeout_s)
         S.STATE["allowed_hosts"] = None if S.STATE["token"] else allowed_host_names(host, self.sec.allowed_hosts)
         self.relation, self.detector, self.judge_handle = relation, detector, judge
         self.banks = {"default", *cfg.relation.banks}

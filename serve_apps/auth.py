@@ -198,14 +198,20 @@ def serve_bind_host() -> str:
 
 
 def proxy_middlewares() -> list:
-    """Serve proxy callback: the token middleware for every app on the proxy.
+    """Serve proxy callback: the token middleware for every app on the proxy, and Serve's own
+    plain-text errors (backpressure 503, proxy timeout 408) as the API's JSON
+    (:class:`serve_apps.proxy_errors.ServeErrorJsonMiddleware`, inside the token check).
 
     Reads the token from ``RELATE_API_TOKEN`` or ``RELATE_API_TOKEN_FILE`` on the node and
     refuses (the proxy does not start, the error names what to set) when the proxy binds
     beyond loopback without one."""
     from starlette.middleware import Middleware
 
+    from serve_apps.proxy_errors import ServeErrorJsonMiddleware
+
     token = read_token(env=TOKEN_ENV if os.environ.get(TOKEN_ENV) else None,
                        file=os.environ.get(TOKEN_FILE_ENV) or None)
     require_token_for_bind(serve_bind_host(), token, "the Serve HTTP proxy")
-    return [Middleware(BearerAuthMiddleware, token=token, open_suffixes=PAGE_SUFFIXES)]
+    # Serve wraps in list order, so the last is outermost: a request without the token is refused first
+    return [Middleware(ServeErrorJsonMiddleware),
+            Middleware(BearerAuthMiddleware, token=token, open_suffixes=PAGE_SUFFIXES)]

@@ -101,6 +101,9 @@ class HttpSettings(StrictConfig):
         return self
 
 
+_MODEL_CALLS_PER_REQUEST = 2  # /v1/graph: detector, then relation model (the most any route makes in turn)
+
+
 class SecuritySettings(StrictConfig):
     """Request limits and authentication enforced by the ingress before any model runs."""
 
@@ -124,6 +127,23 @@ class SecuritySettings(StrictConfig):
     max_relations_judged: int = Field(64, ge=1, description="most relations per judge request")
     max_render_triplets: int = Field(256, ge=1, description="most edges drawn by one render request")
     max_topk: int = Field(1000, ge=1, description="largest top-k a request may ask for")
+
+    def proxy_timeout_floor_s(self) -> float:
+        """The shortest proxy ``request_timeout_s`` under which every error is still this API's JSON.
+
+        The slowest request waits for its body and then for two model calls in turn (/v1/graph: the
+        detector, then the relation model), each bounded here; a proxy that gives up first answers
+        with Serve's own plain-text 408 instead of the app's JSON 408 or 504."""
+        return self.body_timeout_s + _MODEL_CALLS_PER_REQUEST * self.model_timeout_s
+
+    def check_proxy_timeout(self, request_timeout_s: float | None) -> None:
+        """Refuse a proxy ``request_timeout_s`` (``http_options``) at or below :meth:`proxy_timeout_floor_s`."""
+        floor = self.proxy_timeout_floor_s()
+        if request_timeout_s is not None and request_timeout_s <= floor:
+            raise ValueError(
+                f"http_options.request_timeout_s={request_timeout_s:g} must exceed security.body_timeout_s + "
+                f"{_MODEL_CALLS_PER_REQUEST} x security.model_timeout_s = {floor:g} s, so the app answers a slow "
+                "request with its own JSON error before the proxy cuts it off with plain text")
 
     @model_validator(mode="after")
     def _one_token_source(self) -> "SecuritySettings":

@@ -13,6 +13,7 @@ import base64
 import binascii
 import json
 import logging
+import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -34,6 +35,7 @@ __all__ = ["STATE", "configure", "ApiError", "BodyLimitMiddleware", "check_token
 _STATUS = {"bad_image": 400, "unsupported_image": 415, "image_too_large": 413, "invalid_regions": 422,
            "too_many_regions": 422}
 _log = logging.getLogger("ray.serve")
+_OBJECT_REPR = re.compile(r"\s*<[^<>]*\bobject at 0x[0-9a-fA-F]+>")
 
 
 # Per-process settings the middleware and auth dependency read. They live here (an importable
@@ -146,7 +148,9 @@ def decode_base64(text: str, field: str = "image") -> bytes:
 
 
 def _api_error(exc: InputError) -> ApiError:
-    return ApiError(_STATUS[exc.code], exc.code, str(exc))
+    # PIL names an unreadable upload by its file object's repr ('<_io.BytesIO object at 0x...>'): an
+    # address of this process, and noise to the client; the message stands without it
+    return ApiError(_STATUS[exc.code], exc.code, _OBJECT_REPR.sub("", str(exc)))
 
 
 def decode_image(data: bytes, settings: SecuritySettings, field: str = "image") -> np.ndarray:

@@ -1,16 +1,26 @@
 """The relate app without a token, on loopback, over real HTTP: only loopback Host names are
-answered (DNS rebinding).
+answered (DNS rebinding), every refusal is the API's JSON (the app's 504 before the proxy's
+timeout, Serve's own ingress backpressure 503 through the proxy callback, a non-image upload's
+400 without a Python repr), and a proxy timeout that would cut the app off refuses to start.
 
 The session's proxy runs our callback (conftest), so requests carry its token; the app itself has
-none, which is what turns its Host check on."""
+none, which is what turns its Host check on. The app's model timeout is 1 ms, so every model call
+is a 504 here: these tests are about what answers, not about scores."""
 
 from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import socket
+import time
 
 import httpx
 import numpy as np
 import pytest
 
-from _serve_helpers import AUTH, free_port
+from _serve_helpers import AUTH, SERVE_TOKEN, b64png, free_port
 
 VOCAB = ["left of", "holding", "on top of", "near", "behind"]
 IMG = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
@@ -61,3 +71,89 @@ def test_only_loopback_host_names_are_answered_without_a_token(app):
             r = app["client"].get(path, headers={"Host": host})
             assert r.status_code == 421, (host, path, r.status_code, r.text[:200])
             assert r.headers["content-type"] == "application/json" and r.json()["error"] == "unknown_host"
+
+
+def test_a_slow_model_is_the_apps_json_504_before_the_proxy_timeout(app):
+    t0 = time.monotonic()
+    r = app["client"].post("/v1/relations", json={"image": b64png(IMG), "boxes": BOXES})
+    took = time.monotonic() - t0
+    assert r.status_code == 504 and r.json()["error"] == "model_timeout", r.text[:300]
+    assert took < PROXY_TIMEOUT_S, took
+
+
+def test_a_proxy_timeout_below_the_apps_own_refuses_to_start(app):
+    """body 3 s + 2 x model 5 s = 13 s >= the proxy's 10 s: the proxy would answer first, in plain text."""
+    from ray import serve
+
+    from serve_apps.app import build_app
+
+    with pytest.raises(RuntimeError):
+        serve.run(build_app(_cfg(app["ckpt"], app["port"], model_timeout_s=5.0)), name="adm-slow",
+                  route_prefix="/slow")
+    why = serve.status().applications["adm-slow"].deployments["Ingress"].message
+    serve.delete("adm-slow")
+    assert "request_timeout_s=10 must exceed" in why and "= 13 s" in why, why
+
+
+@pytest.mark.parametrize("data", [b"plain text, not an image", b"GIF89a" + b"\0" * 32, b"PK\x03\x04" + b"\0" * 40,
+                                  b"<html><body>hi</body></html>", b"\x89PNG\r\n\x1a\n" + b"\0" * 16])
+def test_a_non_image_upload_is_400_without_a_python_repr(app, data):
+    params = json.dumps({"boxes": BOXES})
+    up = app["client"].post("/v1/relations/upload", files={"image": ("x.png", io.BytesIO(data), "image/png")},
+                            data={"params": params})
+    b64 = app["client"].post("/v1/relations", json={"image": base64.b64encode(data).decode(),
+                                                    "boxes": BOXES})
+    for r in (up, b64):
+        assert r.status_code in (400, 415), (r.status_code, r.text[:300])
+        assert r.headers["content-type"] == "application/json"
+        msg = r.json()["message"]
+        assert "object at 0x" not in msg and "<_io" not in msg and "Traceback" not in msg, msg
+
+
+def _hold(port: int) -> socket.socket:
+    """A request whose body never completes: it holds an ingress slot until the body timeout."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall((f"POST /v1/relations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {SERVE_TOKEN}\r\n"
+               "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"image\": ").encode())
+    return s
+
+
+def _status_and_json(raw: bytes) -> tuple[int, dict[str, str], dict]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    return int(lines[0].split()[1]), headers, json.loads(body or b"null")
+
+
+def test_a_full_ingress_queue_is_json_503_with_retry_after(app):
+    """Serve itself answers when the ingress's own queue is full (max_queued_requests); through the
+    proxy callback that answer carries the API's JSON body, with the ingress's Retry-After."""
+    held = []
+    try:
+        for _ in range(INGRESS_ONGOING + INGRESS_QUEUED):  # one by one, so each is routed before the next
+            held.append(_hold(app["port"]))
+            time.sleep(0.3)
+
+        async def burst():
+            async with httpx.AsyncClient(base_url=app["url"], timeout=30, headers=AUTH) as c:
+                return await asyncio.gather(*[c.get("/healthz") for _ in range(6)])
+
+        replies = [(r.status_code, r.headers, r.json()) for r in asyncio.run(burst())]
+    finally:
+        for s in held:
+            try:
+                raw = s.recv(4096)
+            except (socket.timeout, ConnectionResetError):
+                raw = b""
+            s.close()
+            replies.append(_status_and_json(raw))
+    print(f"\nheld, then a burst, over a full ingress: {[code for code, _, _ in replies]}")
+    full = [(h, body) for code, h, body in replies if code == 503]
+    assert full, replies
+    for headers, body in full:
+        assert headers["content-type"] == "application/json", body
+        assert body["error"] == "overloaded" and body["message"].startswith("Request dropped due to backpressure")
+        assert headers["retry-after"] == "2"
+    for code, headers, body in replies:  # the held ones time out in the app (JSON 408) unless shed (503)
+        assert code in (200, 408, 503) and headers["content-type"] == "application/json", (code, body)
+    assert app["client"].get("/healthz").status_code == 200  # and it recovers

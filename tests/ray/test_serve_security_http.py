@@ -278,11 +278,13 @@ def test_full_queue_answers_503_with_retry_after_and_stays_ready(app):
     print(f"\nqueue flood: {codes.count(200)} served, {len(full)} answered 503 of {len(codes)}")
     assert set(codes) <= {200, 503} and codes.count(200) >= 1, codes
     # the model's queue answers in the app's JSON; when the machine is so loaded that requests
-    # also pile up in front of the ingress, Serve's proxy sheds them with its own plain-text
-    # backpressure answer (the ingress's max_queued_requests), which carries Retry-After too
-    model_full = [r for r in full if r.headers.get("content-type") == "application/json"
-                  and "model queue is full" in r.json().get("message", "")]
-    ingress_full = [r for r in full if r.text.startswith("Request dropped due to backpressure")]
+    # also pile up in front of the ingress, Serve's proxy sheds them with its own backpressure
+    # answer (the ingress's max_queued_requests), which carries Retry-After too and leaves as the
+    # same JSON shape through the proxy callback (serve_apps.proxy_errors)
+    assert all(r.headers.get("content-type") == "application/json" for r in full), [r.text[:100] for r in full]
+    model_full = [r for r in full if "model queue is full" in r.json().get("message", "")]
+    ingress_full = [r for r in full if r.json()["error"] == "overloaded"
+                    and r.json()["message"].startswith("Request dropped due to backpressure")]
     other = [(r.headers.get("retry-after"), r.text[:200]) for r in full if r not in model_full + ingress_full]
     print(f"503s: {len(model_full)} from the model queue, {len(ingress_full)} from the ingress queue, other: {other}")
     assert not other and len(model_full) >= 1 and len(full) >= 10, codes
