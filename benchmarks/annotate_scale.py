@@ -15,8 +15,9 @@ second, the object store's used bytes (the raylet's store statistics). Figures, 
   workers and Ray's daemons during the job / records; the cost that wall time hides on a shared,
   loaded machine;
 * ``driver_rss_peak_mb_<n>`` (and ``driver_rss_start_mb_<n>``, before the job;
-  ``driver_rss_anon_peak_mb_<n>``, its private part, without the object store pages it mapped); the largest
-  worker's peak RSS ``worker_rss_peak_mb_<n>``, the peak of all workers' RSS together
+  ``driver_rss_anon_peak_mb_<n>``, its private part, without the object store pages it mapped);
+  the largest worker's peak RSS ``worker_rss_peak_mb_<n>`` (its process title
+  ``worker_rss_peak_process_<n>``), the peak of all workers' RSS together
   ``workers_rss_sum_peak_mb_<n>``; the object store's peak ``object_store_peak_mb_<n>``;
 
 and the ratios ``cost_ratio_20k_over_2k`` (CPU per image), ``wall_ratio_20k_over_2k`` and
@@ -105,9 +106,10 @@ class _Sampler:
         self.me = psutil.Process()
         self.period_s = period_s
         self.driver_rss: list[int] = []
-        self.driver_anon: list[int] = []  # the heap alone: RSS less the object store pages the driver mapped
+        self.driver_anon: list[int] = []  # private pages only: RSS less file-backed and shared (object store) pages
         self.workers_rss_sum: list[int] = []
         self.worker_rss_max: list[int] = []
+        self.worker_peak = (0, "")  # (RSS, process title) of the largest worker seen: which stage holds the memory
         self.store_used: list[int] = []
         self.n_workers = 0
         self.first_cpu: dict[int, float] = {}  # CPU at the start; 0 for processes started during the job
@@ -139,9 +141,11 @@ class _Sampler:
             try:
                 with p.oneshot():
                     cpu = sum(p.cpu_times()[:2])
-                    if _is_worker(p.cmdline()):
+                    cmd = p.cmdline()
+                    if _is_worker(cmd):
                         rss.append(p.memory_info().rss)
                         workers.add(p.pid)
+                        self.worker_peak = max(self.worker_peak, (rss[-1], " ".join(" ".join(cmd).split())[:60]))
             except psutil.Error:  # exited meanwhile: its last sample stands
                 continue
             self.first_cpu.setdefault(p.pid, cpu if not self._started else 0.0)
@@ -204,6 +208,7 @@ def _one_size(input_dir: str, out_dir: str, n: int, log: str) -> dict[str, float
             f"driver_rss_peak_mb_{x}": round(max(sampler.driver_rss) / _MB, 1),
             f"driver_rss_anon_peak_mb_{x}": round(max(sampler.driver_anon) / _MB, 1),
             f"worker_rss_peak_mb_{x}": round(max(sampler.worker_rss_max) / _MB, 1),
+            f"worker_rss_peak_process_{x}": sampler.worker_peak[1],
             f"workers_rss_sum_peak_mb_{x}": round(max(sampler.workers_rss_sum) / _MB, 1),
             f"object_store_peak_mb_{x}": round(max(sampler.store_used) / _MB, 1),
             f"ray_worker_processes_{x}": sampler.n_workers, f"samples_{x}": len(sampler.driver_rss),
