@@ -16,7 +16,9 @@ verdicts with the corruption control), ``/v1/render`` (PNG); ``/healthz``, ``/re
 
 import asyncio
 import math
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +115,64 @@ class IngressDeployment:
         self.relation, self.detector, self.judge_handle = relation, detector, judge
         self.banks = {"default", *cfg.relation.banks}
         self._ready: tuple[float, dict[str, str]] = (0.0, {})
+        # renders run here, not in the shared default pool: at most max_concurrent_renders at once
+        self._render_pool = ThreadPoolExecutor(max_workers=self.sec.max_concurrent_renders, thread_name_prefix="render")
+        self._render_slots = threading.BoundedSemaphore(self.sec.max_concurrent_renders)
 
     # ---- shared steps ---------------------------------------------------------------------
-    async def _image(self, data: bytes) -> np.ndarray:
+    async def _image(self, data: bytes, p) -> np.ndarray:
+        """The decoded picture, once the request's regions fit its header (see :meth:`_admit`)."""
+        self._admit(data, p)
         # decoding a large image takes tens of ms: keep the ingress event loop free meanwhile
         return await asyncio.to_thread(S.decode_image, data, self.sec)
+
+    def _admit(self, data: bytes, p) -> None:
+        """Refuse what the request and the image header already show to be too much, before a pixel
+        is decoded: a box count over the limit, or masks whose dense size (masks x width x height,
+        the same whichever way EXIF turns the picture) exceeds max_mask_pixels. A 5000 x 5000 image
+        with three full masks is a 413 here, not 75 MB of decoded pixels first."""
+        masks, boxes = getattr(p, "masks", None), getattr(p, "boxes", None)
+        if boxes is not None and len(boxes) > self.sec.max_regions:
+            raise S.ApiError(422, "too_many_regions", f"boxes: {len(boxes)} regions exceed the limit of "
+                                                      f"{self.sec.max_regions}")
+        size = S.image_header_size(data) if masks else None
+        if size is not None:
+            S.check_mask_budget(len(masks), size[1], size[0], self.sec)
+        if isinstance(p, RenderParams):
+            self._labels(p.boxes)
+
+    def _labels(self, boxes) -> list[str]:
+        """Box labels as a render draws them (beside the numbers and in the table): each at most
+        max_string_chars printable characters, like every other string a request hands us, so a
+        page of text or a control or direction-override character is refused, not drawn."""
+        out = []
+        for i, b in enumerate(boxes):
+            text = (b.label or "").strip()
+            if len(text) > self.sec.max_string_chars or not text.isprintable():
+                raise S.ApiError(422, "invalid_request", f"boxes[{i}].label: must be at most "
+                                                         f"{self.sec.max_string_chars} printable characters")
+            out.append(text)
+        return out
+
+    async def _draw(self, *args) -> bytes:
+        """``render_graph_png`` in the bounded render pool: beyond max_concurrent_renders at once a
+        503 (not a queue), past model_timeout_s a 504. A thread cannot be stopped, so a render past
+        its deadline keeps its slot until it ends: late renders cannot pile up behind the answers."""
+        from relate.render import render_graph_png
+
+        if not self._render_slots.acquire(blocking=False):
+            raise S.ApiError(503, "render_busy", f"all {self.sec.max_concurrent_renders} render slots are busy, "
+                                                 "retry later", headers={"Retry-After": "1"})
+        try:
+            fut = self._render_pool.submit(render_graph_png, *args)
+        except BaseException:
+            self._render_slots.release()
+            raise
+        fut.add_done_callback(lambda _: self._render_slots.release())
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout=self.sec.model_timeout_s)
+        except asyncio.TimeoutError:
+            raise S.ApiError(504, "render_timeout", f"render took longer than {self.sec.model_timeout_s:g} s") from None
 
     def _vocab(self, p) -> dict:
         topk = p.topk or self.cfg.relation.default_topk
@@ -204,8 +259,6 @@ class IngressDeployment:
                 "control_acceptance": out["control_acceptance"]}
 
     async def _render(self, image: np.ndarray, p: RenderParams) -> Response:
-        from relate.render import render_graph_png
-
         h, w = image.shape[:2]
         boxes = S.validate_boxes(p.boxes, w, h, self.sec, min_count=1)
         if p.triplets is not None:
@@ -214,53 +267,57 @@ class IngressDeployment:
             triplets = (await self._score(image, boxes, p))["triplets"]
         else:
             triplets = []
-        names = [b.label or "" for b in p.boxes]  # what relate predict draws: number, label, top-triplet table
-        png = await asyncio.to_thread(render_graph_png, image, boxes, triplets, names)
+        names = self._labels(p.boxes)  # what relate predict draws: number, label, top-triplet table
+        png = await self._draw(image, boxes, triplets, names)
         return Response(content=png, media_type="image/png")
 
     # ---- JSON endpoints ---------------------------------------------------------------------
     @api.post("/v1/relations", response_model=RelationsResponse, **_V1)
     async def relations(self, body: RelationsRequest) -> dict:
         """Scored triplets for client-given regions (boxes or masks) against a vocabulary."""
-        return await self._relations(await self._image(S.decode_base64(body.image)), body)
+        return await self._relations(await self._image(S.decode_base64(body.image), body), body)
 
     @api.post("/v1/graph", response_model=GraphResponse, **_V1)
     async def graph(self, body: GraphRequest) -> dict:
         """Detect regions with the open-vocabulary detector, then score their relations."""
-        return await self._graph(await self._image(S.decode_base64(body.image)), body)
+        return await self._graph(await self._image(S.decode_base64(body.image), body), body)
 
     @api.post("/v1/judge", response_model=JudgeResponse, **_V1)
     async def judge(self, body: JudgeRequest) -> dict:
         """Per-relation true/false verdicts from the VLM judge, with the optional corruption control."""
-        return await self._judge(await self._image(S.decode_base64(body.image)), body)
+        return await self._judge(await self._image(S.decode_base64(body.image), body), body)
 
     @api.post("/v1/render", response_class=Response, dependencies=_V1["dependencies"],
               responses={200: {"content": {"image/png": {}}, "description": "PNG"}, **_ERRORS})
     async def render(self, body: RenderRequest) -> Response:
         """PNG of the image with numbered boxes and the relation graph drawn."""
-        return await self._render(await self._image(S.decode_base64(body.image)), body)
+        return await self._render(await self._image(S.decode_base64(body.image), body), body)
 
     # ---- multipart twins ----------------------------------------------------------------------
     @api.post("/v1/relations/upload", response_model=RelationsResponse, **_V1)
     async def relations_upload(self, image: UploadFile = File(..., description="image file"),
                                params: str = Form(..., description=_PARAMS_DOC)) -> dict:
-        return await self._relations(await self._image(await _read_upload(image)), _parse(RelationsParams, params))
+        p = _parse(RelationsParams, params)
+        return await self._relations(await self._image(await _read_upload(image), p), p)
 
     @api.post("/v1/graph/upload", response_model=GraphResponse, **_V1)
     async def graph_upload(self, image: UploadFile = File(..., description="image file"),
                            params: str = Form("{}", description=_PARAMS_DOC)) -> dict:
-        return await self._graph(await self._image(await _read_upload(image)), _parse(GraphParams, params))
+        p = _parse(GraphParams, params)
+        return await self._graph(await self._image(await _read_upload(image), p), p)
 
     @api.post("/v1/judge/upload", response_model=JudgeResponse, **_V1)
     async def judge_upload(self, image: UploadFile = File(..., description="image file"),
                            params: str = Form(..., description=_PARAMS_DOC)) -> dict:
-        return await self._judge(await self._image(await _read_upload(image)), _parse(JudgeParams, params))
+        p = _parse(JudgeParams, params)
+        return await self._judge(await self._image(await _read_upload(image), p), p)
 
     @api.post("/v1/render/upload", response_class=Response, dependencies=_V1["dependencies"],
               responses={200: {"content": {"image/png": {}}, "description": "PNG"}, **_ERRORS})
     async def render_upload(self, image: UploadFile = File(..., description="image file"),
                             params: str = Form(..., description=_PARAMS_DOC)) -> Response:
-        return await self._render(await self._image(await _read_upload(image)), _parse(RenderParams, params))
+        p = _parse(RenderParams, params)
+        return await self._render(await self._image(await _read_upload(image), p), p)
 
     # ---- the page -------------------------------------------------------------------------------
     @api.get("/ui/relate.html", include_in_schema=False)

@@ -126,6 +126,9 @@ class SecuritySettings(StrictConfig):
     max_string_chars: int = Field(80, ge=1, description="longest predicate or query string")
     max_relations_judged: int = Field(64, ge=1, description="most relations per judge request")
     max_render_triplets: int = Field(256, ge=1, description="most edges drawn by one render request")
+    max_concurrent_renders: int = Field(2, ge=1, description="renders an ingress replica draws at once, in its own "
+                                        "thread pool (a render beyond gets 503 + Retry-After; one past model_timeout_s "
+                                        "gets 504 and keeps its slot until it ends)")
     max_topk: int = Field(1000, ge=1, description="largest top-k a request may ask for")
 
     def proxy_timeout_floor_s(self) -> float:

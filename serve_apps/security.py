@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import io
 import json
 import logging
 import re
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -29,7 +31,7 @@ from serve_apps.auth import AuthConfigError, read_token, token_matches
 from serve_apps.config import SecuritySettings
 
 __all__ = ["STATE", "configure", "ApiError", "BodyLimitMiddleware", "check_token", "resolve_token", "decode_base64", "decode_image",
-           "validate_boxes", "validate_masks", "validate_triplets", "validate_strings", "install_error_handlers", "error_response"]
+           "image_header_size", "check_mask_budget", "validate_boxes", "validate_masks", "validate_triplets", "validate_strings", "install_error_handlers", "error_response"]
 
 # relate.inputs says what is wrong; which HTTP status that is belongs to the ingress
 _STATUS = {"bad_image": 400, "unsupported_image": 415, "image_too_large": 413, "invalid_regions": 422,
@@ -171,6 +173,29 @@ def validate_boxes(boxes: Sequence[Any], width: int, height: int, settings: Secu
         raise _api_error(exc) from None
 
 
+def image_header_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) the image's header declares, read without decoding a pixel; None when no
+    header can be read (``decode_image`` then says why). An EXIF orientation may swap the two in
+    the decoded picture, so only checks that do not care (pixel counts) may use it."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PIL's bomb warning: decode_image refuses those itself
+            with Image.open(io.BytesIO(data)) as im:
+                return im.size
+    except Exception:  # noqa: BLE001  any unreadable header: decode_image gives the precise refusal
+        return None
+
+
+def check_mask_budget(count: int, height: int, width: int, settings: SecuritySettings) -> None:
+    """413 when ``count`` dense masks of ``height`` x ``width`` exceed ``max_mask_pixels``."""
+    dense = count * height * width
+    if dense > settings.max_mask_pixels:
+        raise ApiError(413, "masks_too_large", f"masks: {count} masks of {height}x{width} are {dense} mask pixels, "
+                                               f"above the limit of {settings.max_mask_pixels} per request")
+
+
 def validate_masks(masks: Sequence[Any], width: int, height: int, settings: SecuritySettings) -> dict[str, Any]:
     """Uncompressed COCO RLE masks, checked without expanding them -> a compact mask set.
 
@@ -181,10 +206,7 @@ def validate_masks(masks: Sequence[Any], width: int, height: int, settings: Secu
     not pixels; :func:`relate.rle.decode_rle` expands them where the model runs."""
     if len(masks) < 2 or len(masks) > settings.max_regions:
         raise ApiError(422, "invalid_regions", f"masks: need 2..{settings.max_regions} masks, got {len(masks)}")
-    dense = len(masks) * height * width
-    if dense > settings.max_mask_pixels:
-        raise ApiError(413, "masks_too_large", f"masks: {len(masks)} masks of {height}x{width} are {dense} mask pixels, "
-                                               f"above the limit of {settings.max_mask_pixels} per request")
+    check_mask_budget(len(masks), height, width, settings)
     runs = []
     for i, m in enumerate(masks):
         if list(m.size) != [height, width]:

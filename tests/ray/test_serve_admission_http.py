@@ -1,7 +1,10 @@
 """The relate app without a token, on loopback, over real HTTP: only loopback Host names are
 answered (DNS rebinding), every refusal is the API's JSON (the app's 504 before the proxy's
 timeout, Serve's own ingress backpressure 503 through the proxy callback, a non-image upload's
-400 without a Python repr), and a proxy timeout that would cut the app off refuses to start.
+400 without a Python repr), a proxy timeout that would cut the app off refuses to start, and
+admission comes before work (a mask budget refused from the image header with the ingress's
+peak memory measured, render labels checked before decoding, renders in a bounded pool with a
+deadline).
 
 The session's proxy runs our callback (conftest), so requests carry its token; the app itself has
 none, which is what turns its Host check on. The app's model timeout is 1 ms, so every model call
@@ -33,7 +36,8 @@ INGRESS_ONGOING, INGRESS_QUEUED = 3, 1
 def _cfg(ckpt, port: int, model_timeout_s: float) -> dict:
     fast = {"graceful_shutdown_timeout_s": 0}
     return {"http": {"port": port},
-            "security": {"body_timeout_s": BODY_TIMEOUT_S, "model_timeout_s": model_timeout_s},
+            "security": {"body_timeout_s": BODY_TIMEOUT_S, "model_timeout_s": model_timeout_s,
+                         "max_concurrent_renders": 1},
             "relation": {"checkpoint": str(ckpt), "max_batch_size": 1, "torch_threads": 1,
                          "deployment": {"num_replicas": 1, "num_cpus": 0.2, "max_ongoing_requests": 1,
                                         "max_queued_requests": 1, **fast}},
@@ -157,3 +161,68 @@ def test_a_full_ingress_queue_is_json_503_with_retry_after(app):
     for code, headers, body in replies:  # the held ones time out in the app (JSON 408) unless shed (503)
         assert code in (200, 408, 503) and headers["content-type"] == "application/json", (code, body)
     assert app["client"].get("/healthz").status_code == 200  # and it recovers
+
+
+def _ingress_pid() -> int:
+    """PID of this module's live ingress replica, from this Ray instance's actor table."""
+    from ray._private.state import actors
+
+    pids = [int(a["Pid"]) for a in actors().values()
+            if a["State"] == "ALIVE" and a["Name"].startswith("SERVE_REPLICA::adm#Ingress#")]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def _status_mb(pid: int, key: str) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) // 1024
+    raise KeyError(key)
+
+
+def test_a_mask_budget_over_the_limit_is_413_from_the_header_before_decoding(app):
+    """5000 x 5000 with three full masks: 75 M mask pixels over the default 64 M. Decoding the
+    picture alone would add 75 MB (its RGB array) to the ingress; the refusal must come first."""
+    side = 5000
+    image = b64png(np.zeros((side, side, 3), np.uint8))  # ~100 KB of PNG
+    masks = [{"size": [side, side], "counts": [0, side * side]}] * 3
+    pid = _ingress_pid()
+    app["client"].get("/healthz")  # warm: the route and its imports are loaded before the mark
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # reset the kernel's peak-RSS mark of the ingress
+    base = _status_mb(pid, "VmRSS")
+    r = app["client"].post("/v1/relations", json={"image": image, "masks": masks})
+    grew = _status_mb(pid, "VmHWM") - base
+    print(f"\nmask budget refusal: ingress peak RSS grew {grew} MB")
+    assert r.status_code == 413 and r.json()["error"] == "masks_too_large", r.text[:300]
+    assert "3 masks of 5000x5000" in r.json()["message"]
+    assert grew < 40, grew  # the decoded picture alone is 75 MB
+
+
+@pytest.mark.parametrize("label", ["x" * 81, "cup\x1b[31m", "cup\u202eevil", "a\nb"])
+def test_render_labels_obey_the_string_limits_before_decoding(app, label):
+    boxes = [{**BOXES[0], "label": label}, BOXES[1]]
+    # the image is no image at all: a label refused before decoding is a 422, not decode's 400
+    r = app["client"].post("/v1/render", json={"image": base64.b64encode(b"no image").decode(), "boxes": boxes,
+                                               "triplets": []})
+    assert r.status_code == 422 and "boxes[0].label" in r.json()["message"], r.text[:300]
+
+
+def test_renders_run_in_a_bounded_pool_with_a_deadline(app):
+    """One render slot (max_concurrent_renders=1) and a 1 ms deadline: the first render answers 504
+    at its deadline but keeps its slot while it draws, so the ones beside it get 503, not a queue."""
+    img = b64png(np.random.default_rng(2).integers(0, 255, (400, 600, 3), dtype=np.uint8))
+    body = {"image": img, "boxes": [{**BOXES[0], "label": "cup"}, BOXES[1]],
+            "triplets": [{"subject": 0, "object": 1, "predicate": "near"}]}
+
+    async def burst():
+        async with httpx.AsyncClient(base_url=app["url"], timeout=60, headers=AUTH) as c:
+            return await asyncio.gather(*[c.post("/v1/render", json=body) for _ in range(INGRESS_ONGOING)])
+
+    replies = asyncio.run(burst())
+    codes = [(r.status_code, r.json().get("error")) for r in replies]
+    print(f"\nrender burst: {codes}")
+    assert (504, "render_timeout") in codes and (503, "render_busy") in codes, codes
+    assert all(c in ((504, "render_timeout"), (503, "render_busy"), (503, "overloaded")) for c in codes), codes
+    assert all(r.headers.get("retry-after") for r in replies if r.status_code == 503)
+    assert app["client"].get("/healthz").status_code == 200
