@@ -25,9 +25,10 @@ from serve_apps.auth import AuthConfigError, BearerAuthMiddleware, read_token, r
 
 __all__ = ["GuardedOpenAiIngress", "build_guarded_openai_app"]
 
-# The replica's token, set by the ingress constructor and read by the middleware. It lives in
-# this importable module because Serve ships the app by value: a value captured at build time
-# would put the token into the pickled application (and the controller's records).
+# The replica's token, read by the ingress constructor from the replica's own environment or file
+# and by the middleware from here. Only the token's source travels in the deployment's arguments:
+# a token captured where the app is built would sit in the pickled application and the
+# controller's records.
 _STATE: dict[str, str | None] = {"token": None}
 
 
