@@ -61,6 +61,9 @@ def decode_image(data: bytes, max_pixels: int, max_side: int, field: str = "imag
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise InputError("image_too_large", f"{field}: rejected as a decompression bomb ({exc})") from None
+    except Image.UnidentifiedImageError:  # PIL's message names the buffer object ('<_io.BytesIO ...>')
+        raise InputError("bad_image", f"{field}: not a decodable image (no known image format; accepted: "
+                                      f"{sorted(IMAGE_FORMATS)})") from None
     except (OSError, SyntaxError, ValueError, EOFError, MemoryError, TypeError, struct.error) as exc:
         raise InputError("bad_image", f"{field}: not a decodable image ({type(exc).__name__}: {exc})") from None
 

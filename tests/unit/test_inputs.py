@@ -47,3 +47,13 @@ def test_unknown_code_is_refused_and_every_code_has_an_http_status():
 
     for code in INPUT_ERROR_CODES:
         assert 400 <= S._STATUS[code] < 500, code
+
+
+def test_an_unrecognised_file_is_named_without_a_python_object_repr():
+    from relate.inputs import InputError, decode_image
+
+    for data in (b"%PDF-1.7 not an image", b"\x89PNG\r\n\x1a\nbroken", b"plain text"):
+        with pytest.raises(InputError) as e:
+            decode_image(data, 10**6, 4096, "image")
+        assert e.value.code == "bad_image" and str(e.value).startswith("image: not a decodable image")
+        assert "object at 0x" not in str(e.value) and "BytesIO" not in str(e.value)
