@@ -240,9 +240,11 @@ def test_dense_equals_the_sparse_sgb_path_on_random_sgdet(gc):
                                    protocol="sgb", predicates=labels).metrics
     assert dense["R@50"] > 0.3
     # ranked and credited a few images at a time (blocks of 3 pairs), nothing changes
-    from relate.metrics.scene_graphs import _sgb_dense
+    from relate.metrics.scene_graphs import sgb_dense_hits, sgb_dense_result
 
-    blocks = _sgb_dense(gt, load_scene_graphs(_table(rows, labels), gt), ks, gc, labels, .5, block_pairs=3).metrics
+    hit, pair_img, unscored = sgb_dense_hits(gt, load_scene_graphs(_table(rows, labels), gt), ks, gc, labels, .5,
+                                             block_pairs=3)
+    blocks = sgb_dense_result(gt, hit, pair_img, unscored, ks, gc, labels, per_image=False).metrics
     assert {k: blocks[k] for k in dense if "@" in k} == pytest.approx({k: dense[k] for k in dense if "@" in k}, nan_ok=True)
     for k in ks:
         assert dense[f"R@{k}"] == pytest.approx(sparse[f"R@{k}"]) and dense[f"mR@{k}"] == pytest.approx(sparse[f"mR@{k}"])
