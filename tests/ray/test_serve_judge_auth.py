@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from _browser import in_ci
 from _serve_helpers import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -52,7 +53,10 @@ def _protocol_site() -> Path:
         proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
                                "-r", str(HERE / "llm_protocol.txt")], capture_output=True, text=True, timeout=540)
         if proc.returncode != 0:
-            pytest.skip(f"SGLang's protocol models could not be installed: {proc.stderr.strip()[-500:]}")
+            why = f"SGLang's protocol models could not be installed: {proc.stderr.strip()[-500:]}"
+            if in_ci():  # CI reaches PyPI: a failed install there is a failure, not a reason to skip
+                pytest.fail(why)
+            pytest.skip(f"{why} (fails instead when CI is set)")
         (site / ".complete").touch()
     return site
 
