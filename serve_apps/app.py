@@ -32,6 +32,7 @@ from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError
 
 from serve_apps import security as S
+from serve_apps.admission import AdmissionMiddleware, reserve_pixels
 from serve_apps.auth import (PAGE_SUFFIXES, BearerAuthMiddleware, HostCheckMiddleware, allowed_host_names,
                              require_token_for_bind)
 from serve_apps.config import ServeAppConfig
@@ -47,6 +48,9 @@ api = FastAPI(title="relate: open-vocabulary visual relations", version="1.0.0",
                           "vocabulary, detect-and-relate, judge relations with a VLM, and render graphs.")
 api.add_middleware(S.BodyLimitMiddleware, max_bytes=lambda: S.STATE["max_request_bytes"],
                    timeout_s=lambda: S.STATE["body_timeout_s"])
+# outside the body limit, inside auth: a model request beyond what this replica holds is refused
+# from its headers, before its body is read (an unauthenticated one is refused before that)
+api.add_middleware(AdmissionMiddleware, max_requests=lambda: S.STATE["max_inflight_requests"])
 # every route (docs and health included) needs the token when one is set; the page's static
 # files do not (a browser loads them before it can send the token; they carry no data)
 api.add_middleware(BearerAuthMiddleware, token=lambda: S.STATE["token"], open_paths=(), open_suffixes=PAGE_SUFFIXES)
@@ -129,17 +133,22 @@ class IngressDeployment:
     def _admit(self, data: bytes, p) -> None:
         """Refuse what the request and the image header already show to be too much, before a pixel
         is decoded: a box count over the limit, or masks whose dense size (masks x width x height,
-        the same whichever way EXIF turns the picture) exceeds max_mask_pixels. A 5000 x 5000 image
+        the same whichever way EXIF turns the picture) exceeds max_mask_pixels, or pixels that do
+        not fit this replica's in-flight budget (``serve_apps.admission``). A 5000 x 5000 image
         with three full masks is a 413 here, not 75 MB of decoded pixels first."""
         masks, boxes = getattr(p, "masks", None), getattr(p, "boxes", None)
         if boxes is not None and len(boxes) > self.sec.max_regions:
             raise S.ApiError(422, "too_many_regions", f"boxes: {len(boxes)} regions exceed the limit of "
                                                       f"{self.sec.max_regions}")
-        size = S.image_header_size(data) if masks else None
-        if size is not None:
-            S.check_mask_budget(len(masks), size[1], size[0], self.sec)
         if isinstance(p, RenderParams):
             self._labels(p.boxes)
+        size = S.image_header_size(data)
+        if size is not None:
+            if masks:
+                S.check_mask_budget(len(masks), size[1], size[0], self.sec)
+            # held until the answer: the decoded picture here, its copy and the dense masks in the model
+            reserve_pixels(size[0] * size[1] * (1 + len(masks or ())), self.sec.max_inflight_pixels,
+                           "image and masks" if masks else "image")
 
     def _labels(self, boxes) -> list[str]:
         """Box labels as a render draws them (beside the numbers and in the table): each at most
@@ -206,6 +215,9 @@ class IngressDeployment:
             raise S.ApiError(503, "unavailable", f"model call failed: {type(exc).__name__}: {_cause(exc)}"[:300],
                              headers={"Retry-After": "1"}) from None
         if isinstance(out, dict) and "error" in out:
+            if out.get("retry_after_s"):  # the model is busy with this kind of work, not refusing the input
+                raise S.ApiError(503, out.get("code", "busy"), out["error"],
+                                 headers={"Retry-After": str(max(1, math.ceil(out["retry_after_s"])))})
             raise S.ApiError(422, "invalid_request", out["error"])
         return out
 

@@ -130,6 +130,13 @@ class SecuritySettings(StrictConfig):
                                         "thread pool (a render beyond gets 503 + Retry-After; one past model_timeout_s "
                                         "gets 504 and keeps its slot until it ends)")
     max_topk: int = Field(1000, ge=1, description="largest top-k a request may ask for")
+    max_inflight_requests: int = Field(64, ge=1, description="model requests (POST /v1/...) an ingress replica holds "
+                                       "at once, from their headers to their answer; one more gets 503 + Retry-After "
+                                       "from its headers alone, before a byte of its body is read")
+    max_inflight_pixels: int = Field(100_000_000, gt=0, description="image plus mask pixels (masks x width x height) "
+                                     "an ingress replica holds at once, decoded or in model calls; read from each "
+                                     "image's header before decoding: a request past the budget gets 503 + "
+                                     "Retry-After, one larger than the whole budget 413")
 
     def proxy_timeout_floor_s(self) -> float:
         """The shortest proxy ``request_timeout_s`` under which every error is still this API's JSON.
@@ -173,6 +180,9 @@ class RelationSettings(StrictConfig):
     banks: dict[str, list[str]] = Field(default_factory=dict, description="named vocabularies a request may select "
                                         "by name ('default' is always the checkpoint's own bank)")
     bank_cache_size: int = Field(16, ge=1, description="per-request vocabularies kept embedded, by content hash (LRU)")
+    max_pending_embeddings: int = Field(2, ge=1, description="new request vocabularies a replica embeds at once, each "
+                                        "in its own thread outside the shared batch (so it delays nobody's batch); "
+                                        "one more gets 503 + Retry-After; the same vocabulary twice is embedded once")
     max_batch_size: int = Field(8, ge=1, description="serve.batch: most requests scored in one forward")
     batch_wait_timeout_s: float = Field(0.01, ge=0, description="serve.batch: wait for a batch to fill")
     default_topk: int = Field(50, ge=1, description="triplets returned when the request gives no top-k")

@@ -4,7 +4,9 @@ Concurrent requests are gathered into one forward pass (``serve.batch``); within
 are grouped by vocabulary, because the model scores every pair against one bank matrix at a
 time. A per-request vocabulary is embedded once with the checkpoint's own text encoder and kept
 in a small LRU keyed by the sha256 of its strings, so repeated vocabularies cost nothing and a
-stream of distinct ones cannot grow memory without bound. Scores come from the same
+stream of distinct ones cannot grow memory without bound. A new vocabulary is embedded before its
+request joins the batch, in a thread of its own, at most ``max_pending_embeddings`` at once (503 +
+Retry-After beyond): the shared batch never waits for someone else's embedding. Scores come from the same
 ``RelationPredictor`` the Python API and the evaluator use, so they match ``predict`` exactly.
 Queue depth, batch sizes, forward time, vocabulary cache hits and predicate scores are recorded
 as Serve metrics (``serve_apps.metrics``).
@@ -13,6 +15,7 @@ as Serve metrics (``serve_apps.metrics``).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -59,10 +62,15 @@ class BankCache:
         self.predictor, self.size = predictor, size
         self._lru: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self.pinned = {tuple(predictor.vocabulary)}
+        self._lock = threading.Lock()  # the embedding thread and the batch thread both call ensure
 
     def ensure(self, strings: tuple[str, ...], pin: bool = False) -> str:
+        self.predictor.add_vocabulary(strings)  # the slow part (embedding) runs outside the lock
+        with self._lock:
+            return self._track(strings, pin)
+
+    def _track(self, strings: tuple[str, ...], pin: bool) -> str:
         key = vocabulary_key(strings)
-        self.predictor.add_vocabulary(strings)
         if pin or strings in self.pinned:
             self.pinned.add(strings)
             return key
@@ -103,6 +111,7 @@ class RelationModelDeployment:
         self._batched.set_max_batch_size(self.settings.max_batch_size)
         self._batched.set_batch_wait_timeout_s(self.settings.batch_wait_timeout_s)
         self.metrics = replica_metrics()
+        self._embedding: dict[tuple[str, ...], asyncio.Future] = {}
 
     def info(self) -> dict:
         return {"banks": sorted(self.named), "default_size": len(self.named["default"]),
@@ -125,9 +134,46 @@ class RelationModelDeployment:
         """One image: ``image`` (H, W, 3) uint8, ``regions`` (boxes (N, 4) or masks (N, H, W)),
         ``vocabulary`` or ``bank``, ``topk``, ``threshold``. Errors come back as {"error": msg}."""
         # arrays arrive read-only (zero-copy from the object store); torch wants writable memory
+        if req.get("vocabulary") is not None:
+            busy = await self._embed(tuple(req["vocabulary"]))
+            if busy is not None:
+                return busy
         req = {**req, "image": np.array(req["image"]), "regions": _expand_regions(req["regions"])}
         with self.metrics.queued():
             return await self._batched(req)
+
+    async def _embed(self, strings: tuple[str, ...]) -> dict | None:
+        """Embed a new request vocabulary outside the batch; None when it is ready, else the busy
+        answer. Requests with the same new vocabulary share one embedding."""
+        strings = tuple(s.strip() for s in strings)
+        ready = self.predictor.has_vocabulary(strings)
+        self.metrics.vocabulary_lookup(hit=ready)
+        if ready:
+            return None
+        pending = self._embedding.get(strings)
+        if pending is None:
+            if len(self._embedding) >= self.settings.max_pending_embeddings:
+                return {"error": f"{len(self._embedding)} new vocabularies are being embedded on this replica "
+                                 f"(the most at once); retry later, or reuse a vocabulary already sent",
+                        "code": "vocabulary_busy", "retry_after_s": 1}
+            pending = asyncio.ensure_future(asyncio.to_thread(self._embed_now, strings))
+            self._embedding[strings] = pending
+            pending.add_done_callback(lambda _: self._embedding.pop(strings, None))
+        try:
+            await asyncio.shield(pending)
+        except ValueError as exc:
+            return {"error": str(exc)}
+        return None
+
+    def _embed_now(self, strings: tuple[str, ...]) -> None:
+        self._set_threads()
+        self.cache.ensure(strings)
+
+    def _set_threads(self) -> None:
+        if self.settings.torch_threads:  # OpenMP's thread count is per OS thread: apply it in each worker thread
+            import torch
+
+            torch.set_num_threads(self.settings.torch_threads)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
     async def _batched(self, reqs: list[dict]) -> list[dict]:
@@ -135,10 +181,7 @@ class RelationModelDeployment:
         return await asyncio.to_thread(self._score_many, reqs)
 
     def _score_many(self, reqs: list[dict]) -> list[dict]:
-        if self.settings.torch_threads:  # OpenMP's thread count is per OS thread: apply it in this worker too
-            import torch
-
-            torch.set_num_threads(self.settings.torch_threads)
+        self._set_threads()
         out: list[dict | None] = [None] * len(reqs)
         groups: dict[tuple[str, ...], list[int]] = {}
         for i, r in enumerate(reqs):
@@ -146,7 +189,8 @@ class RelationModelDeployment:
                 strings, label = self._strings(r)
                 if r.get("threshold") is not None and not self.predictor.calibration.fitted:
                     raise ValueError("threshold needs a calibrated checkpoint (its Platt a, b are not fitted); use topk")
-                self.metrics.vocabulary_lookup(hit=self.predictor.has_vocabulary(strings))
+                if label in self.named:  # request vocabularies were looked up (and embedded) in _embed
+                    self.metrics.vocabulary_lookup(hit=self.predictor.has_vocabulary(strings))
                 self.cache.ensure(strings, pin=label in self.named)
                 r["_label"] = label
                 groups.setdefault(strings, []).append(i)
