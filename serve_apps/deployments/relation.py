@@ -133,12 +133,13 @@ class RelationModelDeployment:
     async def relations(self, req: dict) -> dict:
         """One image: ``image`` (H, W, 3) uint8, ``regions`` (boxes (N, 4) or masks (N, H, W)),
         ``vocabulary`` or ``bank``, ``topk``, ``threshold``. Errors come back as {"error": msg}."""
-        # arrays arrive read-only (zero-copy from the object store); torch wants writable memory
         if req.get("vocabulary") is not None:
             busy = await self._embed(tuple(req["vocabulary"]))
             if busy is not None:
                 return busy
-        req = {**req, "image": np.array(req["image"]), "regions": _expand_regions(req["regions"])}
+        # the image stays the read-only object-store array (no copy of a large picture here):
+        # relate.api.prepare_image copies one channel at a time
+        req = {**req, "regions": _expand_regions(req["regions"])}
         with self.metrics.queued():
             return await self._batched(req)
 
