@@ -7,7 +7,8 @@ Figures:
   answered 503 + Retry-After. Goal >= 0.9. ``throughput_64_over_16_no_backoff`` is the same ratio
   with clients that resend at once (the hostile case), ``share_503_at_64`` the share of answers
   that were 503 at 64 clients, ``all_503_with_retry_after`` whether every one carried the header,
-  and ``other_errors`` counts any answer that is neither 200 nor 503.
+  and ``other_errors`` counts any answer that is neither 200 nor 503. ``cpu_s_per_answer_*`` and
+  ``cpu_share_64_*`` say where the CPU went (this process, the load generator, shares the cores).
 * ``peak_rss_mb_16_worst``: the highest sum of resident memory over the ingress and the
   RelationModel replica (sampled every 20 ms) while 16 clients send the largest requests the app
   accepts: a square image of ``max_image_pixels`` (5000 x 5000 under local.yaml), the largest
@@ -131,14 +132,31 @@ async def _clients(url: str, route: str, body: bytes, n: int, seconds: float, ba
         return {"counts": counts, "retry_after": retry_after, "seconds": time.perf_counter() - t0}
 
 
-def _throughput(url: str, body: bytes, rounds: int, seconds: float) -> dict[str, float]:
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far (/proc/<pid>/stat)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except FileNotFoundError:
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _throughput(url: str, body: bytes, rounds: int, seconds: float, pids: dict[str, list[int]]) -> dict[str, float]:
     ok = {(n, b): 0.0 for n in (16, 64) for b in (True, False)}
     took = dict.fromkeys(ok, 0.0)
+    groups = {"client": [os.getpid()], **pids}
+    cpu = {k: dict.fromkeys(groups, 0.0) for k in ok}
     answers_64, refused_64, other, with_ra, without_ra = 0, 0, 0, 0, 0
     asyncio.run(_clients(url, ROUTES["light"], body, 16, 1.0, True))  # warm-up
     for _ in range(rounds):
         for n, b in ((16, True), (64, True), (16, False), (64, False)):
+            before = {g: _cpu_s(ps) for g, ps in groups.items()}
             res = asyncio.run(_clients(url, ROUTES["light"], body, n, seconds, b))
+            for g, ps in groups.items():
+                cpu[(n, b)][g] += _cpu_s(ps) - before[g]
             ok[(n, b)] += res["counts"].get(200, 0)
             took[(n, b)] += res["seconds"]
             other += sum(v for k, v in res["counts"].items() if k not in (200, 503))
@@ -153,7 +171,12 @@ def _throughput(url: str, body: bytes, rounds: int, seconds: float) -> dict[str,
             "answers_per_s_16": round(rate[(16, True)], 2), "answers_per_s_64": round(rate[(64, True)], 2),
             "answers_per_s_64_no_backoff": round(rate[(64, False)], 2),
             "share_503_at_64": round(refused_64 / max(1, answers_64), 4),
-            "all_503_with_retry_after": without_ra == 0 and with_ra > 0, "other_errors": other}
+            "all_503_with_retry_after": without_ra == 0 and with_ra > 0, "other_errors": other,
+            # where the CPU went (seconds per useful answer, and each process group's share at 64)
+            "cpu_s_per_answer_16": round(sum(cpu[(16, True)].values()) / max(1, ok[(16, True)]), 4),
+            "cpu_s_per_answer_64": round(sum(cpu[(64, True)].values()) / max(1, ok[(64, True)]), 4),
+            **{f"cpu_share_64_{g}": round(v / max(1e-9, sum(cpu[(64, True)].values())), 3)
+               for g, v in cpu[(64, True)].items()}}
 
 
 class _RssSampler:
@@ -254,7 +277,8 @@ def measure(quick: bool) -> dict[str, float]:
             serve.run(build_app(_config(ckpt, port)), name="overload", route_prefix="/")
             phase("ray, serve and the app start")
             url, bodies = f"http://127.0.0.1:{port}", _bodies()
-            figures = _throughput(url, bodies["light"], 1 if quick else 3, 3.0 if quick else 10.0)
+            pids = _pids("overload")
+            figures = _throughput(url, bodies["light"], 1 if quick else 3, 3.0 if quick else 10.0, pids)
             phase("throughput")
             figures.update(_worst(url, bodies, 3.0 if quick else 10.0))
             phase("worst-case memory")
