@@ -64,7 +64,8 @@ class LearnabilityConfig(StrictConfig):
     eval_every: int = Field(0, ge=0, description="with eval_scenes: also score the held-out scenes every N steps "
                             "(the result's curve; a line printed each time); 0: only at the end")
     control: Literal["none", "shuffled_boxes", "blank_pixels"] = Field("none", description="what is taken away")
-    work_dir: str | None = Field(None, description="folder for the images and corpus (None: a temporary folder)")
+    work_dir: str | None = Field(None, description="folder for the images, the corpus and the final EMA weights "
+                                 "(ema_weights.pt); None: a temporary folder, removed at the end")
 
 
 @dataclass
@@ -81,6 +82,7 @@ class LearnabilityResult:
     images: int
     losses: list[float] = field(default_factory=list)
     curve: list[dict] = field(default_factory=list)  # (step, seconds, AP per family, top-10) at each eval_every
+    report: object | None = None  # the final relate.metrics.truth.TruthReport (concept AP, pair AP, directions)
 
 
 def pooled_recall(res: LearnabilityResult, families: Sequence[str]) -> float:
@@ -179,11 +181,14 @@ def main(cfg: LearnabilityConfig) -> LearnabilityResult:
                 rep = _score(runner, train_cfg, space, eval_table, cfg, ema=True)
                 curve.append(_curve_point(step, time.perf_counter() - t0, rep))
         seconds = time.perf_counter() - t0
+        if cfg.work_dir:  # kept for a closer look (relate.checkpoint reads EMA state dicts)
+            torch.save(runner.ema.state, root / "ema_weights.pt")
         rep = _score(runner, train_cfg, space, eval_table, cfg, ema=bool(cfg.eval_scenes))
         if cfg.eval_scenes and cfg.eval_every:
             curve.append(_curve_point(cfg.steps, seconds, rep))
     return LearnabilityResult(cfg.control, rep.count_recall, rep.family_count_recall, rep.family_ap,
-                              rep.topk_precision, rep.positives, rep.family_direction, cfg.steps, seconds, len(eval_table), losses, curve)
+                              rep.topk_precision, rep.positives, rep.family_direction, cfg.steps, seconds, len(eval_table), losses, curve,
+                              rep)
 
 
 def _score(runner, train_cfg, space, table, cfg: LearnabilityConfig, ema: bool):
@@ -217,6 +222,11 @@ def _cli(argv: Sequence[str] | None = None) -> LearnabilityResult:
     aps = " ".join(f"{f} {v:.2f}" for f, v in res.family_ap.items())
     print(f"{res.control}: recall within count {res.count_recall:.3f} over {res.images} images after {res.steps} "
           f"steps ({res.seconds:.0f} s); {fams}\n  AP per family: {aps}; top-10 precision {res.top10_precision:.3f}")
+    if res.report is not None:  # what limits a family: which pairs, which direction, which concept
+        pair = " ".join(f"{f} {v:.2f}" for f, v in res.report.family_pair_ap.items())
+        dirs = " ".join(f"{f} {v:.2f}" for f, v in res.report.family_direction.items())
+        concepts = " ".join(f"{c} {v:.2f}" for c, v in res.report.concept_ap.items() if v == v)
+        print(f"  finding each family's pairs (AP): {pair}\n  direction accuracy: {dirs}\n  AP per concept: {concepts}")
     return res
 
 

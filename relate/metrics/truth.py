@@ -62,6 +62,7 @@ class TruthReport:
     count_recall: float = float("nan")
     family_count_recall: dict[str, float] = field(default_factory=dict)
     family_direction: dict[str, float] = field(default_factory=dict)
+    family_pair_ap: dict[str, float] = field(default_factory=dict)
 
     def flat(self, prefix: str = "truth/") -> dict[str, float]:
         """Figures as one flat dict (what reports and TensorBoard take)."""
@@ -69,6 +70,7 @@ class TruthReport:
         out.update({f"{prefix}concept/{c}_ap": v for c, v in self.concept_ap.items()})
         out.update({f"{prefix}family/{f}_count_recall": v for f, v in self.family_count_recall.items()})
         out.update({f"{prefix}family/{f}_direction": v for f, v in self.family_direction.items()})
+        out.update({f"{prefix}family/{f}_pair_ap": v for f, v in self.family_pair_ap.items()})
         out.update({f"{prefix}top{self.k}_precision": self.topk_precision, f"{prefix}pair_coverage": self.pair_coverage,
                     f"{prefix}count_recall": self.count_recall, f"{prefix}images": float(self.images)})
         return out
@@ -130,7 +132,9 @@ def _topk(scores: np.ndarray, labels: np.ndarray, k: int) -> float | None:
 def score_against_truth(images: Iterable[ImageCells], concepts: Sequence[str], family_of: Mapping[str, str],
                         k: int = 10, inverse_of: Mapping[str, str | None] | None = None) -> TruthReport:
     """AP per family and per concept over every (ordered pair, concept) cell, top-``k`` precision,
-    recall within count and (with ``inverse_of``) direction accuracy."""
+    recall within count, (with ``inverse_of``) direction accuracy, and per family the AP of finding
+    its pairs (a pair's best cell of the family against whether any of the family's concepts holds
+    on it), which separates "which pairs" from "which concept" when a family's AP falls short."""
     concepts = list(concepts)
     col = {c: j for j, c in enumerate(concepts)}
     inv = {j: col[inverse_of[c]] for c, j in col.items()
@@ -164,17 +168,21 @@ def score_against_truth(images: Iterable[ImageCells], concepts: Sequence[str], f
     S, L, W = np.concatenate(all_s), np.concatenate(all_l), np.concatenate(all_in)
     concept_ap = {c: _ap(S[:, j], L[:, j]) for j, c in enumerate(concepts)}
     family_ap: dict[str, float] = {}
+    family_pair_ap: dict[str, float] = {}
     family_count: dict[str, float] = {}
     positives: dict[str, int] = {}
     for fam in dict.fromkeys(family_of[c] for c in concepts):
         cols = [j for j, c in enumerate(concepts) if family_of[c] == fam]
         family_ap[fam] = _ap(S[:, cols].reshape(-1), L[:, cols].reshape(-1))
+        # which pairs, apart from which of the family's concepts: a pair's best cell of the family
+        # against whether any of its concepts holds there
+        family_pair_ap[fam] = _ap(S[:, cols].max(axis=1), L[:, cols].any(axis=1))
         positives[fam] = int(L[:, cols].sum())
         family_count[fam] = float(W[:, cols].sum() / positives[fam]) if positives[fam] else float("nan")
     return TruthReport(family_ap, concept_ap, float(np.mean(tops)) if tops else float("nan"), k,
                        kept_pairs / true_pairs if true_pairs else float("nan"), positives, n_img,
                        float(W.sum() / L.sum()) if L.any() else float("nan"), family_count,
-                       {f: right / n for f, (n, right) in direction.items()})
+                       {f: right / n for f, (n, right) in direction.items()}, family_pair_ap)
 
 
 def annotation_coverage(stated: Iterable[Iterable[tuple[int, int, str]]], truth: Iterable[Iterable[tuple[int, int, str]]],

@@ -72,6 +72,13 @@ class RelationModelConfig(StrictConfig):
         "off", description="add the explicit overlap-agreement feature of relate.model.occlusion, computed "
         "from the patch tokens or the input pixels (not in the paper; for backbones trained from scratch)")
     occlusion_grid: int = Field(48, gt=0, description="cells a side the pixels are pooled to for occlusion_cue: pixels")
+    region_pixels: int = Field(
+        0, ge=0, description="add the region pixel cue of relate.model.region_pixels: each pair's regions pooled from "
+        "the input pixels to this many cells a side and compared (not in the paper; for backbones trained from "
+        "scratch); 0: off")
+    region_colour_bins: int = Field(
+        0, ge=0, description="with region_pixels: levels a channel of each region's soft RGB histogram (bins ** 3 "
+        "features a region); 0: no histogram")
     deformable: DeformableConfig = Field(default_factory=DeformableConfig, description="App. A.2 scene read")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="§ 3.2 two-stage pair sampler")
 

@@ -23,6 +23,7 @@ from relate.model.occlusion import OcclusionCue
 from relate.model.pair_head import PairEncoder, PairTransformer, geometry_features, scene_tokens
 from relate.model.pooling import PairRegionPool, gather_pairs
 from relate.model.queries import RegionQueryPool
+from relate.model.region_pixels import RegionPixelCue
 from relate.model.sampler import PairSampler, SampledPairs
 
 __all__ = ["RelationModel", "RelationOutput", "create_relation_model"]
@@ -81,6 +82,7 @@ class RelationModel(nn.Module):
         self.pair_tf = PairTransformer(d, cfg.heads, cfg.pair_layers, cfg.joint_layers, cfg.fourier_bands, cfg.dropout)
         self.deformable = DeformableRead(d, cfg.deformable) if cfg.deformable.enabled else None
         self.occlusion = None if cfg.occlusion_cue == "off" else OcclusionCue(d, cfg.occlusion_cue, cfg.occlusion_grid)
+        self.region_pixels = RegionPixelCue(d, cfg.region_pixels, cfg.region_colour_bins) if cfg.region_pixels else None
         self.head = TwoBranchHead(d, cfg.text_dim, cfg.gate_hidden, cfg.tau_init, cfg.beta_init, cfg.dropout)
         self.grounding = nn.Linear(d, cfg.text_dim)
 
@@ -121,6 +123,8 @@ class RelationModel(nn.Module):
         bs, bo = gather_pairs(boxes_n, sampled.pairs)
         if self.occlusion is not None:
             x = x + self.occlusion(tokens, grid, pixels, bs, bo)
+        if self.region_pixels is not None:
+            x = x + self.region_pixels(images, boxes, sampled.pairs)
         x = self.pair_tf(x, scene_tokens(fmap, self.cfg.scene_grid), bs, bo, ~sampled.valid)
         if self.deformable is not None:
             anchors = torch.stack([bs, bo, union_box(bs, bo), contact_box(bs, bo)], dim=-2)
