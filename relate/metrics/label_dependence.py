@@ -7,7 +7,8 @@ baseline's exported results are measured exactly like ours. Five figures:
 * **self-lookup**: a table of the system's own most frequent predicate per (subject label, object
   label) is fitted on one half of the images and scored on the other half, and the other way round;
   the share of predictions the table reproduces (pooled over both halves). A label pair the fitting
-  half never saw cannot be reproduced and counts as a miss (``lookup_coverage`` says how often).
+  half never saw cannot be reproduced and counts as a miss (``lookup_coverage`` says how often;
+  ``self_lookup_covered`` is the share over the predictions whose pair was seen).
 * **H(p | c_s, c_o)** in nats: the entropy of the predicate left once the label pair is known,
   sum over pairs c of P(c) H(p | c); and its **ratio** to the marginal H(p). 0 means the predicate
   is a function of the labels.
@@ -53,6 +54,7 @@ class LabelDependence:
     images: int
     self_lookup: float
     lookup_coverage: float  # share of scored predictions whose label pair the fitting half had seen
+    self_lookup_covered: float  # self-lookup over those predictions only (1.0 for a pure lookup)
     cond_entropy: float  # H(p | c_s, c_o)
     entropy: float  # H(p)
     entropy_ratio: float  # H(p | c_s, c_o) / H(p); NaN when H(p) = 0
@@ -153,5 +155,6 @@ def label_dependence(t: LabelTriplets, *, train_majority: Mapping[LabelPair, str
         agree = float(np.mean([train_majority.get(c) == p for c, p in zip(pairs, t.predicate)]))
     return LabelDependence(
         triplets=len(t), images=len(set(t.image_id)), self_lookup=hits / len(t), lookup_coverage=seen / len(t),
+        self_lookup_covered=hits / seen if seen else float("nan"),
         cond_entropy=h_cond, entropy=h, entropy_ratio=h_cond / h if h > 0 else float("nan"),
         freq_agreement=agree, distinct_predicates=len(counts), vocabulary_size=vocabulary_size)

@@ -45,7 +45,7 @@ from torch import nn
 from relate.probe.model_inputs import ModelBatch
 from relate.probe.representation import capture, forced_rows
 
-__all__ = ["LESIONS", "LesionResult", "Accuracy", "edge_accuracy", "lesion_ladder", "Decomposition",
+__all__ = ["LESIONS", "LesionResult", "Accuracy", "edge_accuracy", "edge_predictions", "lesion_ladder", "Decomposition",
            "decompose_semantic_logit", "variance_shares", "PARTS"]
 
 LESIONS = ("object_features", "geometry", "pixels", "all_inputs")
@@ -115,7 +115,7 @@ def _lesioned(model: nn.Module, lesion: str | None) -> Iterator[None]:
 
 
 @torch.no_grad()
-def _edge_predictions(model: nn.Module, batches: Sequence[ModelBatch], lesion: str | None) -> tuple[np.ndarray, np.ndarray]:
+def edge_predictions(model: nn.Module, batches: Sequence[ModelBatch], lesion: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(predicted class, true class) of every ground-truth edge."""
     model.eval()
     pred, true = [], []
@@ -140,8 +140,8 @@ def edge_accuracy(pred: np.ndarray, true: np.ndarray) -> Accuracy:
 
 def lesion_ladder(model: nn.Module, batches: Sequence[ModelBatch], lesions: Sequence[str] = LESIONS) -> LesionResult:
     """Table 10's upper block for ``model`` on the ground-truth pairs of ``batches``."""
-    full = edge_accuracy(*_edge_predictions(model, batches, None))
-    return LesionResult(full, {name: edge_accuracy(*_edge_predictions(model, batches, name)) for name in lesions})
+    full = edge_accuracy(*edge_predictions(model, batches, None))
+    return LesionResult(full, {name: edge_accuracy(*edge_predictions(model, batches, name)) for name in lesions})
 
 
 @dataclass(frozen=True)

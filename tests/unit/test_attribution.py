@@ -11,7 +11,7 @@ from relate.data.lexicon import all_surface_forms
 from relate.data.synthetic import SyntheticConfig, make_scene
 from relate.model.config import BackboneConfig, DeformableConfig, RelationModelConfig
 from relate.model.model import create_relation_model
-from relate.probe.attribution import (_edge_predictions, decompose_semantic_logit, edge_accuracy, lesion_ladder,
+from relate.probe.attribution import (edge_predictions, decompose_semantic_logit, edge_accuracy, lesion_ladder,
                                       variance_shares)
 from relate.probe.model_inputs import batches_from_scenes
 from relate.probe.representation import forced_rows
@@ -47,8 +47,8 @@ def test_accuracy_hand_worked():
 def test_a_model_blind_to_pixels_loses_nothing_under_the_pixel_lesion():
     batches = _batches()
     seeing = _tiny()
-    full, _ = _edge_predictions(seeing, batches, None)
-    shuffled, _ = _edge_predictions(seeing, batches, "pixels")
+    full, _ = edge_predictions(seeing, batches, None)
+    shuffled, _ = edge_predictions(seeing, batches, "pixels")
     assert (full != shuffled).any()  # the lesion does reach a model that reads pixels
     blind = _tiny()
     with torch.no_grad():
@@ -63,15 +63,15 @@ def test_lesions_of_channels_a_model_does_not_read_cost_nothing():
     batches = _batches()
     m = _tiny(1)
     d = m.cfg.dim
-    base, _ = _edge_predictions(m, batches, None)
-    assert (base != _edge_predictions(m, batches, "object_features")[0]).any()
-    assert (base != _edge_predictions(m, batches, "geometry")[0]).any()
+    base, _ = edge_predictions(m, batches, None)
+    assert (base != edge_predictions(m, batches, "object_features")[0]).any()
+    assert (base != edge_predictions(m, batches, "geometry")[0]).any()
     with torch.no_grad():
         m.pair_enc.proj[0].weight[:, :2 * d].zero_()  # the pair encoder no longer reads v_s, v_o
         m.pair_enc.geometry.net[-1].weight.zero_()  # MLP(g) is its bias whatever g is
-    base, _ = _edge_predictions(m, batches, None)
-    np.testing.assert_array_equal(base, _edge_predictions(m, batches, "object_features")[0])
-    np.testing.assert_array_equal(base, _edge_predictions(m, batches, "geometry")[0])
+    base, _ = edge_predictions(m, batches, None)
+    np.testing.assert_array_equal(base, edge_predictions(m, batches, "object_features")[0])
+    np.testing.assert_array_equal(base, edge_predictions(m, batches, "geometry")[0])
     with pytest.raises(ValueError, match="at least 2 images"):
         lesion_ladder(m, _batches(2, batch_size=1), ["pixels"])
     with pytest.raises(ValueError, match="unknown lesion 'ears'"):

@@ -32,7 +32,7 @@ def test_a_pure_label_lookup_is_fully_self_reproduced_and_leaves_no_entropy():
     keys = list(rule)
     images = {f"img{i}": [(*keys[j], rule[keys[j]]) for j in rng.integers(0, 3, size=4)] for i in range(40)}
     r = label_dependence(label_triplets(_table(images)), train_majority=rule, vocabulary_size=5)
-    assert r.self_lookup == 1.0 and r.lookup_coverage == 1.0
+    assert r.self_lookup == 1.0 and r.lookup_coverage == 1.0 and r.self_lookup_covered == 1.0
     assert r.cond_entropy == pytest.approx(0.0, abs=1e-12) and r.entropy_ratio == pytest.approx(0.0, abs=1e-12)
     assert r.entropy > 1.0 and r.freq_agreement == 1.0 and r.distinct_predicates == 3
     # the same labels with the predicate drawn at random are no lookup
@@ -55,6 +55,7 @@ def test_hand_worked_halves_entropies_and_majorities():
     r = label_dependence(t, halves={"a": 0, "b": 0, "c": 1, "d": 1}, train_majority=train, vocabulary_size=6)
     h = lambda *p: -sum(q * math.log(q) for q in p)  # noqa: E731
     assert r.self_lookup == pytest.approx(4 / 9) and r.lookup_coverage == pytest.approx(8 / 9)
+    assert r.self_lookup_covered == pytest.approx(4 / 8)
     want_cond = 5 / 9 * h(3 / 5, 2 / 5) + 3 / 9 * h(2 / 3, 1 / 3)
     want_h = h(3 / 9, 2 / 9, 2 / 9, 1 / 9, 1 / 9)
     assert r.cond_entropy == pytest.approx(want_cond) and r.entropy == pytest.approx(want_h)
