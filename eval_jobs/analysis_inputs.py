@@ -5,7 +5,8 @@ shares (Parquet + Markdown table, resolved config).
 A model is a checkpoint folder (weights, config and text bank together), or a checkpoint's
 architecture and bank with fresh random weights (``random_like``: the "initial" end of a CKA
 comparison), or, with neither, a tiny random test architecture scoring against a random bank of the
-synthetic world's surface forms (what the tests and the quick benchmark use).
+synthetic world's surface forms (what the tests use), or any architecture from a YAML model config
+with random weights (``architecture``: the quick benchmark uses the demo recipe's).
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import pyarrow.parquet as pq
 import torch
 from pydantic import Field, model_validator
 
-from relate.config import StrictConfig
+from relate.config import StrictConfig, read_yaml
 from relate.data.lexicon import all_surface_forms
 from relate.data.synthetic import SyntheticConfig, make_scene
 from relate.model.config import BackboneConfig, DeformableConfig, RelationModelConfig
 from relate.model.model import RelationModel, create_relation_model
 from relate.probe.model_inputs import ModelBatch, batches_from_scenes
+from relate.storage import LocationValue
 
 __all__ = ["ModelSourceConfig", "ScenesConfig", "load_analysis_model", "scene_batches", "write_table", "markdown_table",
            "TINY_CONFIG"]
@@ -37,13 +39,17 @@ class ModelSourceConfig(StrictConfig):
     checkpoint: str | None = Field(None, description="checkpoint folder (relate.checkpoint) to analyse")
     random_like: str | None = Field(None, description="checkpoint folder whose architecture and text bank are used "
                                     "with fresh random weights (seeded by 'seed')")
-    seed: int = Field(0, description="torch seed of random weights (random_like, or the tiny test model)")
+    architecture: LocationValue | None = Field(
+        None, description="YAML model config (a RelationModelConfig, or a training config whose 'model' section is "
+        "one) built with random weights and a random bank over the synthetic world's surface forms")
+    seed: int = Field(0, description="torch seed of random weights (random_like, architecture, or the tiny test model)")
     label: str | None = Field(None, description="name of this model in tables; default: derived from the source")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSourceConfig":
-        if self.checkpoint and self.random_like:
-            raise ValueError("give checkpoint or random_like, not both")
+        given = [k for k in ("checkpoint", "random_like", "architecture") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"give one model source, got {given}")
         return self
 
     def name(self) -> str:
@@ -51,7 +57,11 @@ class ModelSourceConfig(StrictConfig):
             return self.label
         if self.checkpoint:
             return Path(self.checkpoint).name
-        return f"random init ({Path(self.random_like).name})" if self.random_like else f"tiny random (seed {self.seed})"
+        if self.random_like:
+            return f"random init ({Path(self.random_like).name})"
+        if self.architecture:
+            return f"random {Path(self.architecture).stem} (seed {self.seed})"
+        return f"tiny random (seed {self.seed})"
 
 
 class ScenesConfig(StrictConfig):
@@ -75,12 +85,19 @@ def load_analysis_model(src: ModelSourceConfig) -> tuple[RelationModel, torch.Te
         bare = ck.config.backbone.model_copy(update={"pretrained": False, "checkpoint_path": None})
         model = create_relation_model(ck.config.model_copy(update={"backbone": bare}))
         return model.eval(), ck.bank.tensor(), list(ck.bank.strings)
+    cfg = TINY_CONFIG
+    if src.architecture:
+        tree = read_yaml(Path(src.architecture).read_text())
+        if not isinstance(tree, dict):
+            raise ValueError(f"{src.architecture}: expected a mapping (a model config), got {type(tree).__name__}")
+        cfg = RelationModelConfig.model_validate(tree.get("model", tree))
     torch.manual_seed(src.seed)
-    model = create_relation_model(TINY_CONFIG).eval()
-    with torch.no_grad():  # open the zero-initialised deformable gate so every part of the head carries signal
-        model.deformable.gate.fill_(1.0)
+    model = create_relation_model(cfg).eval()
+    if model.deformable is not None:
+        with torch.no_grad():  # open the zero-initialised deformable gate so every part of the head carries signal
+            model.deformable.gate.fill_(1.0)
     strings = all_surface_forms()
-    bank = torch.nn.functional.normalize(torch.randn(len(strings), TINY_CONFIG.text_dim,
+    bank = torch.nn.functional.normalize(torch.randn(len(strings), cfg.text_dim,
                                                      generator=torch.Generator().manual_seed(1234)), dim=-1)
     return model, bank, strings
 
