@@ -37,7 +37,8 @@ class DataConfig(StrictConfig):
                                      "bank (scored only at test time, as an unseen vocabulary); None keeps all")
     cooccurrence: str = Field("estimate", description="P(q|p) of Eq. 3: 'estimate' fits it on the training split's "
                               "multiply-annotated pairs (train_jobs.cooccurrence), cached by a checksum of the training "
-                              "relations; 'off'; or the path of an .npz written by train_jobs.cooccurrence")
+                              "relations, and zero on a synthetic world that states its full truth (no relation goes "
+                              "unstated there); 'off'; or the path of an .npz written by train_jobs.cooccurrence")
     truth_root: LocationValue | None = Field(
         None, description="synthetic world folder (pipelines.synthetic output, with synthetic_config.yaml) whose "
         "rules give every image's full truth: validation and the test report then add per-family AP and top-10 "
@@ -178,6 +179,22 @@ def relations_checksum(train: pa.Table) -> str:
     return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
 
 
+def states_full_truth(corpus_root: str) -> bool:
+    """Whether ``corpus_root`` is a synthetic world folder that states its full truth (``coverage: full``).
+
+    Eq. 3 discounts a negative q of an annotated p by log(1 - P(q|p)), the chance that q also holds
+    and went unstated. Estimated on a complete corpus, where every pair carries all it holds, the
+    estimator's label frequency is the co-occurrence rate itself (about 0.1 on the synthetic world's
+    truth), P(q|p) is inflated by 1/c to its cap, and the discount spares exactly the negatives that
+    teach which pairs a concept holds on (near against left of, brighter against below).
+    """
+    from relate.data.world_truth import WORLD_CONFIG, load_world
+
+    if "://" in str(corpus_root) or not (Path(corpus_root) / WORLD_CONFIG).is_file():
+        return False
+    return load_world(corpus_root).coverage == "full"
+
+
 def _p_cond(cfg: DataConfig, train: pa.Table, strings: list[str], emb: np.ndarray) -> np.ndarray:
     """(V, V) P(q|p) over ``strings`` for Eq. 3: estimated (and cached), read from a file, or zero."""
     from train_jobs.cooccurrence import (CooccurrenceConfig, estimate_cooccurrence, load_cooccurrence,
@@ -185,6 +202,10 @@ def _p_cond(cfg: DataConfig, train: pa.Table, strings: list[str], emb: np.ndarra
 
     p_cond = np.zeros((len(strings), len(strings)), dtype=np.float32)
     if cfg.cooccurrence == "off":
+        return p_cond
+    if cfg.cooccurrence == "estimate" and states_full_truth(cfg.corpus_root):
+        print("P(q|p): the corpus states every relation that holds (a synthetic world with coverage: full), so no "
+              "negative is an unlabelled positive: the Eq. 3 discount is zero", flush=True)
         return p_cond
     if cfg.cooccurrence == "estimate":
         est = CooccurrenceConfig.model_construct()  # its defaults (neighbours, cap); its paths are not used here

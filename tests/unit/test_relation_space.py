@@ -56,6 +56,28 @@ def test_off_and_explicit_path(tmp_path):
         _p_cond(DataConfig(cooccurrence=str(tmp_path / "missing.npz")), _train(), STRINGS, np.eye(4))
 
 
+def test_a_world_that_states_its_full_truth_gets_no_discount(tmp_path, capsys):
+    """Eq. 3 spares negatives that may be unstated positives; on a complete corpus there are none. The
+    same relations estimate a discount in a plain folder and in a world folder stating only some of its
+    truth, and none in a world folder whose synthetic_config.yaml says coverage: full."""
+    from relate.config import dump_config
+    from relate.data.synthetic import SyntheticConfig
+
+    for coverage in ("stated", "full"):
+        root = tmp_path / coverage
+        root.mkdir()
+        dump_config(SyntheticConfig(coverage=coverage), root / "synthetic_config.yaml")
+        p = _p_cond(DataConfig(corpus_root=str(root), cache_dir=str(tmp_path / "cache")), _train(), STRINGS, np.eye(4))
+        out = capsys.readouterr().out
+        if coverage == "full":
+            assert not p.any() and "every relation that holds" in out
+        else:
+            assert p[0, 1] > 0.5
+    plain = _p_cond(DataConfig(corpus_root=str(tmp_path / "nowhere"), cache_dir=str(tmp_path / "cache")), _train(),
+                    STRINGS, np.eye(4))
+    assert plain[0, 1] > 0.5
+
+
 def test_checksum_ignores_chunking_and_sees_any_relation_change():
     t = _train()
     assert relations_checksum(t) == relations_checksum(pa.concat_tables([t.slice(0, 3), t.slice(3)]))
