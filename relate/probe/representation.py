@@ -57,14 +57,15 @@ class PairFeatures:
 
 
 @contextmanager
-def capture(outputs: Mapping[str, nn.Module], inputs: Mapping[str, nn.Module] = {}) -> Iterator[dict[str, list]]:
+def capture(outputs: Mapping[str, nn.Module],
+            inputs: Mapping[str, nn.Module] | None = None) -> Iterator[dict[str, list]]:
     """Record each named module's output (``outputs``) or first positional input (``inputs``) on
     every call, into the yielded dict of lists; the hooks are removed on exit."""
     store: dict[str, list] = {}
     handles = []
     for name, m in outputs.items():
         handles.append(m.register_forward_hook(lambda _m, _a, out, name=name: store.setdefault(name, []).append(out)))
-    for name, m in inputs.items():
+    for name, m in (inputs or {}).items():
         handles.append(m.register_forward_pre_hook(lambda _m, args, name=name: store.setdefault(name, []).append(args[0])))
     try:
         yield store
