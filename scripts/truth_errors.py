@@ -1,0 +1,128 @@
+"""Where a truth-trained model's best cells go wrong, per family, and what boxes alone would find.
+
+Two readings behind docs/jobs/training.md's "Three causes found by reading what the model gets
+wrong":
+
+* ``--work DIR``: a ``train_jobs.learnability`` folder (``--set work_dir=DIR``; it keeps the final
+  EMA weights) and the overrides it was trained with. For appearance, depth and containment, the
+  false cells among each family's 2 x |truth| best on the held-out split, by concept, by category
+  pair, with a body part, and by what does hold on the pair; and the true cells ranked below |truth|.
+* ``--boxes N``: without any model, the AP of finding depth and containment pairs from the boxes
+  alone (over the first N scenes of the standard world): box overlap over the smaller box (no
+  depth where one box all but covers the other) and box cover, each given which boxes are body
+  parts, which take no such relation in the world.
+
+    python scripts/truth_errors.py --boxes 400
+    python scripts/truth_errors.py --work /tmp/lw --overrides model.region_pixels=4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+FAMILIES = ("appearance", "depth", "containment")
+
+
+def box_ceiling(scenes: int) -> dict[str, float]:
+    """AP of finding depth and containment pairs from the boxes (and body-part flags) alone."""
+    import numpy as np
+    from sklearn.metrics import average_precision_score
+
+    from relate import geometry as G
+    from relate.data.synthetic import SyntheticConfig, make_scene
+
+    world = SyntheticConfig(coverage="full")
+    depth_s, depth_l, cont_s, cont_l = [], [], [], []
+    for i in range(scenes):
+        sc = make_scene(i, world)
+        b = np.array([[x["x1"], x["y1"], x["x2"], x["y2"]] for x in sc.boxes])
+        part = np.array([x["is_body_part"] for x in sc.boxes])
+        held = sc.true_concepts()
+        inter, area = G.intersection_area(b[:, None], b[None]), G.area(b)
+        for s in range(len(b)):
+            for o in range(len(b)):
+                if s == o:
+                    continue
+                c = held.get((s, o), set())
+                cover = max(inter[s, o] / area[s], inter[s, o] / area[o])
+                penalty = 1.0 if part[s] or part[o] else 0.0
+                depth_l.append(bool(c & {"in_front_of", "behind"}))
+                depth_s.append((inter[s, o] / min(area[s], area[o]) if cover < 0.9 else 0.0) - penalty)
+                cont_l.append(bool(c & {"inside", "contains"}))
+                cont_s.append(inter[s, o] / area[s] + inter[s, o] / area[o] - penalty)
+    return {"depth_pair_ap_boxes": float(average_precision_score(depth_l, depth_s)), "depth_pairs": int(sum(depth_l)),
+            "containment_pair_ap_boxes": float(average_precision_score(cont_l, cont_s)),
+            "containment_pairs": int(sum(cont_l)), "ordered_pairs": len(depth_l)}
+
+
+def model_errors(work: str, overrides: list[str], recipe: str, steps: int) -> None:
+    import numpy as np
+    import torch
+
+    from relate.api import RelationPredictor
+    from relate.data.corpus import read_corpus
+    from relate.data.lexicon import CONCEPTS
+    from relate.model.model import create_relation_model
+    from relate.model.score import relation_logit
+    from train_jobs.learnability import LearnabilityConfig, _truth, build_recipe
+    from train_jobs.relation_data import build_space
+    from train_jobs.relation_eval import concept_key
+
+    cfg = LearnabilityConfig(recipe=recipe, overrides=overrides, work_dir=work)
+    train_cfg = build_recipe(cfg, work, steps)
+    space = build_space(train_cfg.data, train_cfg.model.text_dim)
+    model = create_relation_model(train_cfg.model)
+    model.load_state_dict(torch.load(Path(work) / "ema_weights.pt", weights_only=True))
+    predictor = RelationPredictor(model.eval(), space["bank"])
+    table = read_corpus(work, "test")
+    scores = predictor.score_images(table.column("uri").to_pylist(), table.column("boxes").to_pylist())
+    concepts = list(CONCEPTS)
+    col = {c: j for j, c in enumerate(concepts)}
+    form_col = np.array([col.get(concept_key(s, train_cfg.data.predicates), -1) for s in predictor.vocabulary_strings()])
+    cells = []
+    for sc, (truth, _), boxes in zip(scores, _truth(table), table.column("boxes").to_pylist()):
+        logit = relation_logit(sc.l_pred, sc.l_pair, model.cfg.pair_weight)
+        for k, (s, o) in enumerate(sc.pairs.tolist()):
+            held = frozenset(c for a, b, c in truth if (a, b) == (s, o))
+            for c in concepts:
+                if CONCEPTS[c].family in FAMILIES and (form_col == col[c]).any():
+                    cells.append((CONCEPTS[c].family, c, float(logit[k, form_col == col[c]].max()), c in held,
+                                  (boxes[s]["category"], boxes[o]["category"]),
+                                  bool(boxes[s]["is_body_part"] or boxes[o]["is_body_part"]), held))
+    for fam in FAMILIES:
+        ranked = sorted((x for x in cells if x[0] == fam), key=lambda x: -x[2])
+        n = sum(x[3] for x in ranked)
+        false = [x for x in ranked[: 2 * n] if not x[3]]
+        print(f"\n{fam}: {n} true cells; false among the best {2 * n}: {len(false)}"
+              f"\n  by concept: {Counter(x[1] for x in false).most_common()}"
+              f"\n  with a body part: {sum(x[5] for x in false)}"
+              f"\n  by category pair: {Counter(x[4] for x in false).most_common(8)}"
+              f"\n  what holds on the pair: {Counter(tuple(sorted(x[6])) for x in false).most_common(6)}"
+              f"\n  true cells ranked below {n}: {Counter(x[4] for x in ranked[n:] if x[3]).most_common(6)}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--boxes", type=int, default=0, help="scenes for the boxes-only AP (0: skip)")
+    ap.add_argument("--work", help="a train_jobs.learnability work_dir holding ema_weights.pt")
+    ap.add_argument("--overrides", nargs="*", default=[], help="the overrides that run was trained with")
+    ap.add_argument("--recipe", default="train_jobs/configs/cpu_long.yaml", help="the recipe that run was trained with")
+    ap.add_argument("--steps", type=int, default=400, help="that run's steps (its schedule)")
+    args = ap.parse_args(argv)
+    if not args.boxes and not args.work:
+        ap.error("give --boxes N, --work DIR, or both")
+    if args.boxes:
+        print(box_ceiling(args.boxes))
+    if args.work:
+        model_errors(args.work, args.overrides, args.recipe, args.steps)
+
+
+if __name__ == "__main__":
+    main()
