@@ -30,6 +30,13 @@ class ModelBatch:
     relations: list[list[tuple[int, int, int]]]  # per image (subject, object, class index)
     categories: list[list[str]]  # per image the category of each box
     image_ids: list[str]
+    related: list[set[tuple[int, int]]] | None = None  # per image every ordered pair some relation holds for
+
+    def unrelated(self, b: int, i: int, j: int) -> bool:
+        """No relation holds between boxes i and j of image b in either direction (stated edges when
+        the full truth is unknown)."""
+        rel = self.related[b] if self.related is not None else {(s, o) for s, o, _ in self.relations[b]}
+        return (i, j) not in rel and (j, i) not in rel
 
     @property
     def size(self) -> int:
@@ -76,6 +83,7 @@ def batches_from_scenes(scenes: Sequence, bank: torch.Tensor, bank_strings: Sequ
                 force[b, r["subject"] * n + r["object"]] = True
             rels.append(edges)
             cats.append([str(box.get("category")) for box in s.boxes])
+        related = [set(s.true_concepts()) | {(a, b) for a, b, _ in r} for s, r in zip(group, rels)]
         out.append(ModelBatch(images, boxes, valid, force, bank, torch.from_numpy(cls), rels, cats,
-                              [s.image_id for s in group]))
+                              [s.image_id for s in group], related))
     return out

@@ -25,6 +25,7 @@ from torch import nn
 from relate.probe.model_inputs import ModelBatch
 
 __all__ = ["linear_cka", "model_features", "cka_by_depth", "nn1_retrieval", "Retrieval", "PairFeatures", "capture",
+           "PatchSelectivity", "patch_selectivity", "model_patch_selectivity",
            "forced_rows"]
 
 
@@ -164,3 +165,83 @@ def nn1_retrieval(features: np.ndarray, labels: Sequence, groups: Sequence) -> R
     _, counts = np.unique(labels, return_counts=True)
     p = counts / counts.sum()
     return Retrieval(float(hits.mean()), float(p.max()), float((p ** 2).sum()), len(f), len(counts))
+
+
+@dataclass(frozen=True)
+class PatchSelectivity:
+    """Patch-similarity probe (App. F, Table 28, left block). Cosines between the patches of a query
+    (subject) box and those of another region, after subtracting each image's mean token:
+    ``class_selectivity`` = mean sim(object of the subject's class) - mean sim(unrelated object of
+    another class); ``relation_selectivity`` = mean sim(relation partner) - the same unrelated mean;
+    ``partner_win_rate`` = share of queries whose partner is more similar than the mean of the
+    unrelated objects of the partner's own class (chance 0.5). Each margin averages over the queries
+    that have both of its regions (``*_queries``)."""
+
+    class_selectivity: float
+    relation_selectivity: float
+    partner_win_rate: float
+    class_queries: int
+    relation_queries: int
+    win_queries: int
+
+
+def _cells_in(box: np.ndarray, h: int, w: int, side: float) -> np.ndarray:
+    """Flat indices of the (h, w) grid cells whose centres fall in a pixel box (the nearest cell if none)."""
+    ys, xs = (np.arange(h) + 0.5) * side / h, (np.arange(w) + 0.5) * side / w
+    iy = np.flatnonzero((ys >= box[1]) & (ys <= box[3]))
+    ix = np.flatnonzero((xs >= box[0]) & (xs <= box[2]))
+    if len(iy) == 0:
+        iy = [int(np.clip((box[1] + box[3]) / 2 * h / side, 0, h - 1))]
+    if len(ix) == 0:
+        ix = [int(np.clip((box[0] + box[2]) / 2 * w / side, 0, w - 1))]
+    return (np.asarray(iy)[:, None] * w + np.asarray(ix)[None, :]).ravel()
+
+
+def _region_sim(tok: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+    return float((tok[a] @ tok[b].T).mean())
+
+
+def patch_selectivity(maps: Sequence[np.ndarray], batches_meta: Sequence[tuple[np.ndarray, list[str], list, object]],
+                      side: float) -> PatchSelectivity:
+    """``maps``: per image a (C, h, w) dense feature map; ``batches_meta``: per image (pixel boxes (N, 4),
+    categories, stated edges (s, o, class), unrelated(i, j) -> bool)."""
+    cls_m, rel_m, wins = [], [], []
+    for fmap, (boxes, cats, edges, unrelated) in zip(maps, batches_meta):
+        c, h, w = fmap.shape
+        tok = fmap.reshape(c, h * w).T.astype(np.float64)
+        tok = tok - tok.mean(0)  # per-image mean-token subtraction
+        tok = tok / np.maximum(np.linalg.norm(tok, axis=1, keepdims=True), 1e-12)
+        cells = [_cells_in(b, h, w, side) for b in boxes]
+        n = len(boxes)
+        for s, o, _p in edges:
+            q = cells[s]
+            others = [j for j in range(n) if j not in (s, o)]
+            unrel = [j for j in others if unrelated(s, j) and cats[j] != cats[s]]
+            if not unrel:
+                continue
+            base = np.mean([_region_sim(tok, q, cells[j]) for j in unrel])
+            same = [j for j in others if cats[j] == cats[s]]
+            if same:
+                cls_m.append(np.mean([_region_sim(tok, q, cells[j]) for j in same]) - base)
+            partner = _region_sim(tok, q, cells[o])
+            rel_m.append(partner - base)
+            rivals = [j for j in others if cats[j] == cats[o] and unrelated(s, j)]
+            if rivals:
+                wins.append(float(partner > np.mean([_region_sim(tok, q, cells[j]) for j in rivals])))
+    mean = lambda v: float(np.mean(v)) if v else float("nan")  # noqa: E731
+    return PatchSelectivity(mean(cls_m), mean(rel_m), mean(wins), len(cls_m), len(rel_m), len(wins))
+
+
+@torch.no_grad()
+def model_patch_selectivity(model: nn.Module, batches: Sequence[ModelBatch]) -> PatchSelectivity:
+    """``patch_selectivity`` on the dense map the relation model reads (the backbone's fused taps)."""
+    model.eval()
+    maps, meta = [], []
+    for batch in batches:
+        fmap = model.backbone(model.preprocessing.normalise(batch.images)).float().numpy()
+        for b in range(batch.size):
+            n = int(batch.box_valid[b].sum())
+            maps.append(fmap[b])
+            meta.append((batch.boxes[b, :n].numpy(), batch.categories[b], batch.relations[b],
+                         lambda i, j, b=b, batch=batch: batch.unrelated(b, i, j)))
+    return patch_selectivity(maps, meta, float(batches[0].images.shape[-1]))

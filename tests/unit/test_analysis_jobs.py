@@ -44,3 +44,5 @@ def test_attribution_and_representation_jobs(tmp_path):
     assert all(row["linear_cka"] == pytest.approx(1.0) for row in same.cka)
     assert {(x["target"]) for x in same.retrieval} == {"object class", "predicate"}
     assert (tmp_path / "r" / "representation.png").is_file() and (tmp_path / "r" / "cka.parquet").is_file()
+    assert [x["model"] for x in pq.read_table(tmp_path / "r" / "selectivity.parquet").to_pylist()] == [
+        "tiny random (seed 0)", "tiny random (seed 1)"]

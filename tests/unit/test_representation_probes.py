@@ -97,3 +97,31 @@ def test_nn1_retrieval_known_answers():
     assert nn1_retrieval(feat, lab2, groups).accuracy < 0.7
     with pytest.raises(ValueError, match="at least two images"):
         nn1_retrieval(clean, labels, np.zeros(60))
+
+
+def test_patch_selectivity_hand_worked():
+    """A 1 x 4 patch grid, one box per patch. After removing the shared offset (5, 5) the tokens are
+    subject (1, 0), partner (1, 1), another person (0, 1), an unrelated cup -(2, 2): cosines with the
+    subject 1/sqrt2, 0 and -1/sqrt2. Class selectivity 0 - (-1/sqrt2); relation selectivity
+    1/sqrt2 - (-1/sqrt2); the partner beats the other cup: win rate 1."""
+    from relate.probe.representation import patch_selectivity
+
+    tokens = np.array([[1.0, 0], [1, 1], [0, 1], [-2, -2]]) + 5.0  # the offset must be subtracted
+    fmap = tokens.T.reshape(2, 1, 4)
+    boxes = np.array([[2.0 * k, 0, 2.0 * k + 2, 8] for k in range(4)])
+    cats = ["person", "cup", "person", "cup"]
+    related = {(0, 1)}
+    meta = [(boxes, cats, [(0, 1, 0)], lambda i, j: (i, j) not in related and (j, i) not in related)]
+    r = patch_selectivity([fmap], meta, side=8.0)
+    assert r.class_selectivity == pytest.approx(1 / np.sqrt(2))
+    assert r.relation_selectivity == pytest.approx(np.sqrt(2))
+    assert r.partner_win_rate == 1.0 and (r.class_queries, r.relation_queries, r.win_queries) == (1, 1, 1)
+    related.add((3, 0))  # the cup is now related to the subject: no unrelated region is left
+    assert patch_selectivity([fmap], meta, side=8.0).relation_queries == 0
+
+
+def test_model_patch_selectivity_runs_on_a_tiny_model():
+    from relate.probe.representation import model_patch_selectivity
+
+    r = model_patch_selectivity(_tiny(0), _batches())
+    assert r.relation_queries > 0 and np.isfinite(r.relation_selectivity)
