@@ -49,6 +49,17 @@ def test_family_and_concept_ap_by_hand():
     assert rep.pair_coverage == pytest.approx(5 / 6)
 
 
+def test_finding_a_familys_pairs_by_hand():
+    """Pair AP ranks each ordered pair by its best cell of the family against whether any of the
+    family's concepts holds there. Spatial: (0,1) 3.0 T, (1,2) 2.5 T, (1,0) 2.2 T, (0,2) 2.0 F,
+    (2,0) 0.5 F, and the unscored (2,1) T alone at the bottom: (1 + 1 + 1 + 4/6) / 4 -- above the
+    cell AP, since the pair (1,0) is found although its left_of cell ranks high and is false."""
+    rep = _report()
+    assert rep.family_pair_ap["spatial"] == pytest.approx((3 + 4 / 6) / 4)
+    assert rep.family_pair_ap["proximity"] == pytest.approx(1.0)
+    assert rep.flat()["truth/family/spatial_pair_ap"] == pytest.approx((3 + 4 / 6) / 4)
+
+
 def test_topk_precision_by_hand():
     assert _report(k=3).topk_precision == pytest.approx(1.0)  # 3.0, 2.5, 2.2: all true
     assert _report(k=4).topk_precision == pytest.approx(3 / 4)  # then 2.0 (left_of 0->2) is false
