@@ -1,15 +1,24 @@
 """Overload and worst-case memory of the Ray Serve app (CPU, small random-weight model).
 
+Clients reach the app as it ships: through nginx started from serve_apps/nginx/relate.conf with
+only its listen and upstream ports (and its prefix) changed, as tests/ray/test_serve_nginx_front.py
+runs it. Without an nginx binary the benchmark stops and says so (``apt-get install nginx-light``).
+Each client sends from its own loopback address (127.0.0.2, 127.0.0.3, ...), as separate users
+would, so the front's per-address cap is not what refuses them.
+
 Figures:
 * ``throughput_64_over_16``: useful answers per second (HTTP 200 from ``POST /v1/relations``) with
-  64 concurrent clients over the same with 16, same app. Each client is a closed loop that honours
-  ``Retry-After`` (a 503 makes it wait that long, as a client is told to); the excess must be
-  answered 503 + Retry-After. Goal >= 0.9. ``throughput_64_over_16_no_backoff`` is the same ratio
-  with clients that resend at once (the hostile case), ``share_503_at_64`` the share of answers
-  that were 503 at 64 clients, ``all_503_with_retry_after`` whether every one carried the header,
-  and ``other_errors`` counts any answer that is neither 200 nor 503. ``cpu_s_per_answer_*`` and
-  ``cpu_share_64_*`` say where the CPU went (this process, the load generator, shares the cores).
-* ``peak_rss_mb_16_worst``: the highest sum of resident memory over the ingress and the
+  64 concurrent clients over the same with 16, same app, through the front. Each client is a
+  closed loop that honours ``Retry-After`` (a 503 makes it wait that long, as a client is told
+  to); the excess must be answered 503 + Retry-After. Goal >= 0.9.
+  ``throughput_64_over_16_no_backoff`` is the same ratio with clients that resend at once (the
+  hostile case), ``share_503_at_64`` the share of answers that were 503 at 64 clients,
+  ``all_503_with_retry_after`` whether every one carried the header, and ``other_errors`` counts
+  any answer that is neither 200 nor 503. ``cpu_s_per_answer_*`` and ``cpu_share_64_*`` say where
+  the CPU went (this process, the load generator, shares the cores; ``nginx`` is the front's
+  processes). The same figures with the suffix ``_direct`` come from the same clients sent
+  straight to Serve's proxy, past the front: the app's own admission alone.
+* ``peak_rss_mb_16_worst`` (through the front): the highest sum of resident memory over the ingress and the
   RelationModel replica (sampled every 20 ms) while 16 clients send the largest requests the app
   accepts: a square image of ``max_image_pixels`` (5000 x 5000 under local.yaml), the largest
   square image with two full-image masks that fits ``max_mask_pixels`` and the in-flight pixel
@@ -35,6 +44,9 @@ import asyncio
 import base64
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +58,7 @@ import numpy as np
 from benchmarks.serve_overhead import SMALL_MODEL, VOCAB, _free_port, _png, _scene
 
 LOCAL_YAML = Path(__file__).resolve().parents[1] / "serve_apps" / "configs" / "local.yaml"
+NGINX_CONF = Path(__file__).resolve().parents[1] / "serve_apps" / "nginx" / "relate.conf"
 
 
 def _local_limits() -> tuple[dict, float]:
@@ -114,11 +127,15 @@ async def _clients(url: str, route: str, body: bytes, n: int, seconds: float, ba
     counts: dict[int, int] = {}
     retry_after = {"with": 0, "without": 0}
     headers = {"Content-Type": "application/json"}
-    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-    async with httpx.AsyncClient(base_url=url, timeout=PROXY_TIMEOUT_S + 10, limits=limits) as c:
+    one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    # one connection per client, each from its own loopback address (separate users)
+    conns = [httpx.AsyncClient(base_url=url, timeout=PROXY_TIMEOUT_S + 10,
+                               transport=httpx.AsyncHTTPTransport(local_address=f"127.0.0.{2 + i}", limits=one))
+             for i in range(n)]
+    try:
         stop = time.perf_counter() + seconds
 
-        async def client():
+        async def client(c):
             while time.perf_counter() < stop:
                 r = await c.post(route, content=body, headers=headers)
                 counts[r.status_code] = counts.get(r.status_code, 0) + 1
@@ -128,8 +145,11 @@ async def _clients(url: str, route: str, body: bytes, n: int, seconds: float, ba
                     if backoff and wait:
                         await asyncio.sleep(min(float(wait), max(0.0, stop - time.perf_counter())))
         t0 = time.perf_counter()
-        await asyncio.gather(*[client() for _ in range(n)])
+        await asyncio.gather(*[client(c) for c in conns])
         return {"counts": counts, "retry_after": retry_after, "seconds": time.perf_counter() - t0}
+    finally:
+        for c in conns:
+            await c.aclose()
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -144,7 +164,8 @@ def _cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _throughput(url: str, body: bytes, rounds: int, seconds: float, pids: dict[str, list[int]]) -> dict[str, float]:
+def _throughput(url: str, body: bytes, rounds: int, seconds: float, pids: dict[str, list[int]],
+                suffix: str = "") -> dict[str, float]:
     ok = {(n, b): 0.0 for n in (16, 64) for b in (True, False)}
     took = dict.fromkeys(ok, 0.0)
     groups = {"client": [os.getpid()], **pids}
@@ -166,7 +187,7 @@ def _throughput(url: str, body: bytes, rounds: int, seconds: float, pids: dict[s
                 answers_64 += sum(res["counts"].values())
                 refused_64 += res["counts"].get(503, 0)
     rate = {k: ok[k] / took[k] for k in ok}
-    return {"throughput_64_over_16": round(rate[(64, True)] / rate[(16, True)], 4),
+    out = {"throughput_64_over_16": round(rate[(64, True)] / rate[(16, True)], 4),
             "throughput_64_over_16_no_backoff": round(rate[(64, False)] / rate[(16, False)], 4),
             "answers_per_s_16": round(rate[(16, True)], 2), "answers_per_s_64": round(rate[(64, True)], 2),
             "answers_per_s_64_no_backoff": round(rate[(64, False)], 2),
@@ -177,6 +198,7 @@ def _throughput(url: str, body: bytes, rounds: int, seconds: float, pids: dict[s
             "cpu_s_per_answer_64": round(sum(cpu[(64, True)].values()) / max(1, ok[(64, True)]), 4),
             **{f"cpu_share_64_{g}": round(v / max(1e-9, sum(cpu[(64, True)].values())), 3)
                for g, v in cpu[(64, True)].items()}}
+    return {f"{k}{suffix}": v for k, v in out.items()}
 
 
 class _RssSampler:
@@ -255,6 +277,44 @@ def _worst(url: str, bodies: dict[str, bytes], seconds: float) -> dict[str, floa
     return out
 
 
+def _nginx_front(root: Path, upstream: int) -> tuple[subprocess.Popen, str]:
+    """nginx from the shipped serve_apps/nginx/relate.conf, its listen and upstream ports (and its
+    prefix) the only change, in front of Serve's proxy on ``upstream``; its master's handle and URL."""
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if nginx is None:
+        raise RuntimeError("no nginx binary: this benchmark measures the shipped front (serve_apps/nginx/relate.conf); "
+                           "install it (apt-get install nginx-light)")
+    port = _free_port()
+    text = NGINX_CONF.read_text()
+    text, n1 = re.subn(r"listen 127\.0\.0\.1:8080", f"listen 127.0.0.1:{port}", text)
+    text, n2 = re.subn(r"server 127\.0\.0\.1:8000;", f"server 127.0.0.1:{upstream};", text)
+    if not n1 == n2 == 1:
+        raise RuntimeError(f"{NGINX_CONF}: its listen/upstream lines moved; update this benchmark")
+    (root / "logs").mkdir(parents=True)
+    (root / "tmp").mkdir()
+    conf = root / "relate.conf"
+    conf.write_text(text)
+    proc = subprocess.Popen([nginx, "-p", str(root), "-c", str(conf), "-g", "daemon off;"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import httpx
+
+    for _ in range(100):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
+                return proc, f"http://127.0.0.1:{port}"
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"nginx exited: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.1)
+    proc.terminate()
+    raise RuntimeError("nginx in front of Serve did not answer /healthz in 10 s")
+
+
+def _children(pid: int) -> list[int]:
+    return [pid] + [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 def measure(quick: bool) -> dict[str, float]:
     import ray
     from ray import serve
@@ -268,6 +328,7 @@ def measure(quick: bool) -> dict[str, float]:
     def phase(name: str) -> None:
         print(f"[serve_overload] {name} done at {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
+    front = None
     with tempfile.TemporaryDirectory() as d:
         ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
@@ -276,13 +337,20 @@ def measure(quick: bool) -> dict[str, float]:
             serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": PROXY_TIMEOUT_S})
             serve.run(build_app(_config(ckpt, port)), name="overload", route_prefix="/")
             phase("ray, serve and the app start")
-            url, bodies = f"http://127.0.0.1:{port}", _bodies()
-            pids = _pids("overload")
-            figures = _throughput(url, bodies["light"], 1 if quick else 3, 3.0 if quick else 10.0, pids)
-            phase("throughput")
-            figures.update(_worst(url, bodies, 3.0 if quick else 10.0))
+            front, url = _nginx_front(Path(d) / "nginx", port)
+            direct, bodies = f"http://127.0.0.1:{port}", _bodies()
+            pids = {**_pids("overload"), "nginx": _children(front.pid)}
+            rounds, seconds = (1, 3.0) if quick else (3, 10.0)
+            figures = _throughput(url, bodies["light"], rounds, seconds, pids)
+            phase("throughput through the nginx front")
+            figures.update(_throughput(direct, bodies["light"], rounds, seconds, pids, suffix="_direct"))
+            phase("throughput straight to Serve")
+            figures.update(_worst(url, bodies, seconds))
             phase("worst-case memory")
         finally:
+            if front is not None:
+                front.terminate()  # our nginx master, by its handle; it stops its workers
+                front.wait(timeout=30)
             ray.shutdown()  # takes Serve with it
     return figures
 

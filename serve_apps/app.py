@@ -33,6 +33,7 @@ from ray.serve.exceptions import BackPressureError
 
 from serve_apps import security as S
 from serve_apps.admission import AdmissionMiddleware, reserve_pixels
+from serve_apps.allocator import bound_malloc_retention
 from serve_apps.auth import (PAGE_SUFFIXES, BearerAuthMiddleware, HostCheckMiddleware, allowed_host_names,
                              require_token_for_bind)
 from serve_apps.config import ServeAppConfig
@@ -108,6 +109,7 @@ def _cause(exc: BaseException) -> str:
 @serve.ingress(api)
 class IngressDeployment:
     def __init__(self, cfg: ServeAppConfig, relation, detector, judge) -> None:
+        bound_malloc_retention()  # decoded images leave with their request (serve_apps/allocator.py)
         self.cfg, self.sec = cfg, cfg.security
         S.configure(cfg.security)
         # the proxy's real settings (http_options of the YAML or serve.start), not cfg.http

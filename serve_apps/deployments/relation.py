@@ -24,6 +24,7 @@ from ray import serve
 
 from relate.rle import decode_rle
 from relate.text.vocabulary import vocabulary_key
+from serve_apps.allocator import bound_malloc_retention
 from serve_apps.config import RelationSettings
 from serve_apps.metrics import replica_metrics
 
@@ -99,6 +100,7 @@ class RelationModelDeployment:
     """``relations(request)`` -> triplets, layout and content graphs for one image."""
 
     def __init__(self, settings: RelationSettings | dict[str, Any]) -> None:
+        bound_malloc_retention()  # images and masks leave with their batch (serve_apps/allocator.py)
         self.settings = RelationSettings.model_validate(settings) if isinstance(settings, dict) else settings
         if self.settings.torch_threads:
             import torch

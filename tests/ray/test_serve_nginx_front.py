@@ -1,8 +1,9 @@
 """nginx in front of Serve's proxy (serve_apps/nginx/relate.conf, run as shipped with only its ports
 and prefix rewritten), over real loopback HTTP: 20,000 idle half-sent requests and a 64 MB header
 do not stop the app from answering a normal request; the idle ones are dropped after the header
-timeout; requests in flight per client address are capped (JSON 503 + Retry-After); a body over
-the limit is a JSON 413 from its Content-Length alone.
+timeout; requests in flight per client address are capped (JSON 503 + Retry-After), and so are model
+requests in flight from all addresses together, at what the app admits; a body over the limit is a
+JSON 413 from its Content-Length alone.
 
 Serve 2.60's own proxy has no option for any of this (docs/jobs/serving.md, "In front of the
 proxy"). Skipped where no nginx binary is installed (``apt-get install nginx-light``), unless CI
@@ -46,6 +47,7 @@ def _shipped(pattern: str) -> str:
 
 HEADER_TIMEOUT_S = float(_shipped(r"client_header_timeout (\d+)s;"))
 PER_CLIENT = int(_shipped(r"limit_conn relate_per_client (\d+);"))
+MODEL_CAP = int(_shipped(r"limit_conn relate_model (\d+);"))
 BODY_LIMIT_MB = int(_shipped(r"client_max_body_size (\d+)m;"))
 
 
@@ -73,11 +75,12 @@ def front(ray_session, tmp_path_factory):
     ckpt = save_tiny_checkpoint(root / "ckpt", VOCAB)
     serve_port, port = free_port(), free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": serve_port, "request_timeout_s": 60})
-    cfg = {"http": {"port": serve_port}, "security": {"body_timeout_s": 10, "model_timeout_s": 20},
+    cfg = {"http": {"port": serve_port},
+           "security": {"body_timeout_s": 10, "model_timeout_s": 20, "max_inflight_requests": MODEL_CAP},
            "relation": {"checkpoint": str(ckpt), "max_batch_size": 1, "torch_threads": 1,
                         "deployment": {"num_replicas": 1, "num_cpus": 0.2, "graceful_shutdown_timeout_s": 0}},
            "detector": None, "judge": None,
-           "ingress": {"num_cpus": 0.05, "max_ongoing_requests": 2 * PER_CLIENT, "graceful_shutdown_timeout_s": 0}}
+           "ingress": {"num_cpus": 0.05, "max_ongoing_requests": 2 * max(PER_CLIENT, MODEL_CAP), "graceful_shutdown_timeout_s": 0}}
     serve.run(build_app(cfg), name="front", route_prefix="/")
     conf = _front_conf(root / "prefix", port, serve_port)
     proc = subprocess.Popen([NGINX, "-p", str(conf.parent), "-c", str(conf), "-g", "daemon off;"],
@@ -216,6 +219,36 @@ def test_a_64_mb_header_is_refused_early_and_others_are_answered(front):
     _answers(front["client"])
 
 
+def _hold_model_request(port: int, source: str) -> socket.socket:
+    """A model request from ``source`` with its headers sent and its body pending: in flight."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
+    s.sendall((f"POST /v1/relations HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {SERVE_TOKEN}\r\n"
+               "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"image\": ").encode())
+    return s
+
+
+def test_model_requests_in_flight_from_all_addresses_are_capped_at_the_edge(front):
+    """MODEL_CAP model requests in flight, spread over other loopback addresses (each under its own
+    per-address cap), fill what the app admits; the next model request, from an address holding
+    none, is nginx's JSON 503 + Retry-After, while a health check from it still passes."""
+    port, per_address = front["port"], max(1, PER_CLIENT // 2)
+    held = []
+    try:
+        for i in range(MODEL_CAP):
+            held.append(_hold_model_request(port, f"127.0.0.{2 + i // per_address}"))
+        time.sleep(1.0)  # nginx counts a request once its headers are read
+        r = front["client"].post("/v1/relations", json={"image": b64png(IMG), "boxes": BOXES})
+        assert r.status_code == 503, (r.status_code, r.text[:300])
+        assert r.headers["content-type"] == "application/json" and r.headers["retry-after"] == "1"
+        assert r.json()["error"] == "too_many_connections"
+        assert front["client"].get("/healthz").status_code == 200
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.5)
+    _answers(front["client"])
+
+
 def test_requests_in_flight_per_client_are_capped_with_json_503(front):
     """PER_CLIENT requests with their headers in and their bodies pending fill this address's
     share; the next is a 503 + Retry-After in the API's JSON, and others still get through once
@@ -224,10 +257,7 @@ def test_requests_in_flight_per_client_are_capped_with_json_503(front):
     held = []
     try:
         for _ in range(PER_CLIENT):
-            s = socket.create_connection(("127.0.0.1", port), timeout=30)
-            s.sendall((f"POST /v1/relations HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {SERVE_TOKEN}\r\n"
-                       "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"image\": ").encode())
-            held.append(s)
+            held.append(_hold_model_request(port, "127.0.0.1"))
         time.sleep(1.0)  # nginx counts a request once its headers are read
         r = front["client"].get("/healthz")
         assert r.status_code == 503, (r.status_code, r.text[:300])
