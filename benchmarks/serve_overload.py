@@ -25,7 +25,8 @@ Figures:
   budget (image + masks, 3 x side^2 <= ``max_inflight_pixels``), and a render of the largest image
   with ``max_regions`` boxes and ``max_render_triplets`` edges, each label ``max_string_chars``
   long. Each kind runs on its own (``--quick`` 3 s, full 10 s); a client that gets a 503 waits its
-  Retry-After. Goal <= 2,048 MB. The per-kind peaks (kinds run in turn, so memory a process
+  Retry-After. A kind must have a request admitted: answered, or run to the app's model_timeout_s
+  (its JSON 504, counted as ``timed_out_504_*``: the work and its memory happened). Goal <= 2,048 MB. The per-kind peaks (kinds run in turn, so memory a process
   keeps after one kind counts in the next), the idle baseline, the same peak as a PSS sum
   (``peak_pss_mb_16_worst``: shared pages counted once) and the proxy's own peak are reported
   beside it.

@@ -80,7 +80,7 @@ def front(ray_session, tmp_path_factory):
            "relation": {"checkpoint": str(ckpt), "max_batch_size": 1, "torch_threads": 1,
                         "deployment": {"num_replicas": 1, "num_cpus": 0.2, "graceful_shutdown_timeout_s": 0}},
            "detector": None, "judge": None,
-           "ingress": {"num_cpus": 0.05, "max_ongoing_requests": 2 * max(PER_CLIENT, MODEL_CAP), "graceful_shutdown_timeout_s": 0}}
+           "ingress": {"num_cpus": 0.05, "max_ongoing_requests": 128, "graceful_shutdown_timeout_s": 0}}
     serve.run(build_app(cfg), name="front", route_prefix="/")
     conf = _front_conf(root / "prefix", port, serve_port)
     proc = subprocess.Popen([NGINX, "-p", str(conf.parent), "-c", str(conf), "-g", "daemon off;"],
