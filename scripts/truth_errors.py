@@ -4,7 +4,8 @@ Two readings behind docs/jobs/training.md's "Three causes found by reading what 
 wrong":
 
 * ``--work DIR``: a ``train_jobs.learnability`` folder (``--set work_dir=DIR``; it keeps the final
-  EMA weights) and the overrides it was trained with. For appearance, depth and containment, the
+  EMA weights) and the overrides it was trained with. For each of ``--families`` (default
+  appearance, depth and containment), the
   false cells among each family's 2 x |truth| best on the held-out split, by concept, by category
   pair, with a body part, and by what does hold on the pair; and the true cells ranked below |truth|.
 * ``--boxes N``: without any model, the AP of finding depth and containment pairs from the boxes
@@ -62,7 +63,7 @@ def box_ceiling(scenes: int) -> dict[str, float]:
             "containment_pairs": int(sum(cont_l)), "ordered_pairs": len(depth_l)}
 
 
-def model_errors(work: str, overrides: list[str], recipe: str, steps: int) -> None:
+def model_errors(work: str, overrides: list[str], recipe: str, steps: int, families=FAMILIES) -> None:
     import numpy as np
     import torch
 
@@ -92,11 +93,11 @@ def model_errors(work: str, overrides: list[str], recipe: str, steps: int) -> No
         for k, (s, o) in enumerate(sc.pairs.tolist()):
             held = frozenset(c for a, b, c in truth if (a, b) == (s, o))
             for c in concepts:
-                if CONCEPTS[c].family in FAMILIES and (form_col == col[c]).any():
+                if CONCEPTS[c].family in families and (form_col == col[c]).any():
                     cells.append((CONCEPTS[c].family, c, float(logit[k, form_col == col[c]].max()), c in held,
                                   (boxes[s]["category"], boxes[o]["category"]),
                                   bool(boxes[s]["is_body_part"] or boxes[o]["is_body_part"]), held))
-    for fam in FAMILIES:
+    for fam in families:
         ranked = sorted((x for x in cells if x[0] == fam), key=lambda x: -x[2])
         n = sum(x[3] for x in ranked)
         false = [x for x in ranked[: 2 * n] if not x[3]]
@@ -115,13 +116,14 @@ def main(argv=None) -> None:
     ap.add_argument("--overrides", nargs="*", default=[], help="the overrides that run was trained with")
     ap.add_argument("--recipe", default="train_jobs/configs/cpu_long.yaml", help="the recipe that run was trained with")
     ap.add_argument("--steps", type=int, default=400, help="that run's steps (its schedule)")
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), help="families whose errors are listed")
     args = ap.parse_args(argv)
     if not args.boxes and not args.work:
         ap.error("give --boxes N, --work DIR, or both")
     if args.boxes:
         print(box_ceiling(args.boxes))
     if args.work:
-        model_errors(args.work, args.overrides, args.recipe, args.steps)
+        model_errors(args.work, args.overrides, args.recipe, args.steps, tuple(args.families))
 
 
 if __name__ == "__main__":
