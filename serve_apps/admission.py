@@ -24,7 +24,7 @@ __all__ = ["AdmissionMiddleware", "reserve_pixels", "ADMISSION"]
 # Per-process counters (one ingress replica per process); module-level because Serve ships the
 # ingress class by value.
 ADMISSION: dict[str, int] = {"requests": 0, "pixels": 0}
-_TICKET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("relate_admission_ticket", default=None)
+_TICKET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("relate.admission.ticket", default=None)
 
 
 def _counted(scope) -> bool:
