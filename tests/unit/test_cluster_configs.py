@@ -445,9 +445,12 @@ def test_kuberay_cluster_properties(name):
     assert spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
     groups = [dict(spec["headGroupSpec"], groupName="head")] + spec["workerGroupSpecs"]
     for group in groups:  # the GPU image only where there are GPUs
-        for container in group["template"]["spec"]["containers"]:
-            gpus = container["resources"]["limits"].get("nvidia.com/gpu")
-            assert container["image"] == IMAGES["gpu" if gpus else "cpu"], (name, group["groupName"])
+        ray, *sidecars = group["template"]["spec"]["containers"]
+        gpus = ray["resources"]["limits"].get("nvidia.com/gpu")
+        assert ray["image"] == IMAGES["gpu" if gpus else "cpu"], (name, group["groupName"])
+        for container in sidecars:  # the nginx front runs from the image already on the node, with no GPU
+            assert container["image"] == ray["image"], (name, group["groupName"], container["name"])
+            assert "nvidia.com/gpu" not in container["resources"]["limits"], (name, container["name"])
     for group in spec["workerGroupSpecs"]:
         assert group["minReplicas"] <= group.get("replicas", 0) <= group["maxReplicas"] or manifest["kind"] != "RayCluster"
         raw = group["rayStartParams"].get("resources")
