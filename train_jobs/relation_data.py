@@ -19,9 +19,20 @@ from pydantic import Field, field_validator
 
 from relate.config import StrictConfig
 from relate.storage import Location, LocationValue, under_root
+from relate.data.predicate_split import remove_held_out
 from relate.losses import PredicateSpace, fit_synonym_weighting
 
-__all__ = ["DataConfig", "build_space", "DecodeStage", "concept_key", "concept_family", "dropped_by_caps"]
+__all__ = ["DataConfig", "HoldOutConfig", "build_space", "training_table", "DecodeStage", "concept_key", "concept_family",
+           "dropped_by_caps"]
+
+
+class HoldOutConfig(StrictConfig):
+    split: str = Field(description="predicate split whose novel predicates training never sees: a packaged name "
+                       "(vg150_ovr: OvSGTR's 35 base / 15 novel; synthetic_ovr) or a YAML file "
+                       "(relate.data.predicate_split)")
+    synonyms: bool = Field(True, description="remove every surface form of each novel predicate's synonym group "
+                           "too (the protocol: seed 001, App. D.7); false removes the exact strings only, and the "
+                           "leak check then refuses any vocabulary that still holds a synonym of one")
 
 
 class DataConfig(StrictConfig):
@@ -44,6 +55,10 @@ class DataConfig(StrictConfig):
         "rules give every image's full truth: validation and the test report then add per-family AP and top-10 "
         "precision against it (relate.metrics.truth). None: the corpus root when it is such a folder, else no truth "
         "figures. Set it for a corpus annotated from the world's images (pipelines.annotate)")
+    hold_out: HoldOutConfig | None = Field(
+        None, description="OvR-SGG compliant training: the split's novel predicates and their synonym groups are "
+        "removed from the training relations and the text space, and the run refuses to start if any form of "
+        "one is left (a leak check over the bank, the space and the relations)")
     cache_dir: str = Field("~/.cache/relate", description="where estimated P(q|p) files are cached")
     source_scopes: dict[str, list[str] | Literal["observed"]] = Field(
         default_factory=dict, description="App. B.1: per corpus `source`, what it annotates: predicate families "
@@ -138,13 +153,39 @@ def _pair_rate(train: pa.Table, categories: list[str]) -> np.ndarray:
     return (ann / np.maximum(tot, 1)).astype(np.float32)
 
 
-def build_space(cfg: DataConfig, text_dim: int) -> dict:
-    """Driver-side: the training bank, the PredicateSpace and what the decode stage needs."""
+def training_table(cfg: DataConfig, quiet: bool = False) -> pa.Table:
+    """The training split as training reads it: with ``data.hold_out``, without any relation whose
+    predicate is held out (said once, with the base predicates that share a novel group)."""
     from relate.data.corpus import read_corpus
-    from relate.text.bank import TextBank, build_bank
 
     train = read_corpus(cfg.corpus_root, "train")
+    if cfg.hold_out is None:
+        return train
+    held = _held_out(cfg)
+    train, removed, emptied = remove_held_out(train, held)
+    if not quiet:
+        split = held.split
+        print(f"hold-out {split.name} ({len(split.novel)} novel predicates, source: {split.source}): {removed} training "
+              f"relations removed, {emptied} images left with none; {len(held.forms)} surface forms out of the text "
+              f"space" + (f"; base predicates sharing a novel synonym group, removed with it: {list(held.base_removed)}"
+                          if held.base_removed else ""), flush=True)
+    return train
+
+
+def _held_out(cfg: DataConfig):
+    from relate.data.predicate_split import held_out, load_predicate_split
+
+    return held_out(load_predicate_split(cfg.hold_out.split), synonyms=cfg.hold_out.synonyms)
+
+
+def build_space(cfg: DataConfig, text_dim: int) -> dict:
+    """Driver-side: the training bank, the PredicateSpace and what the decode stage needs."""
+    from relate.text.bank import TextBank, build_bank
+
+    train = training_table(cfg)
     strings, keys, held, inverse, pdir = _predicate_tables(cfg, train)
+    if cfg.hold_out is not None:
+        strings, keys, held, inverse, pdir = _without_held_out(cfg, train, strings, keys, held, inverse, pdir)
     full = build_bank(strings, encoder_name=cfg.text_encoder)
     if full.dim != text_dim:
         raise ValueError(f"text encoder {cfg.text_encoder!r} gives {full.dim}-d vectors but model.text_dim={text_dim}")
@@ -168,6 +209,21 @@ def build_space(cfg: DataConfig, text_dim: int) -> dict:
                            t(scope))
     return {"space": space, "bank": bank, "forms": strings, "categories": categories, "n_train": train.num_rows,
             "isotonic_synonym": iso, "sources": sources}
+
+
+def _without_held_out(cfg: DataConfig, train: pa.Table, strings, keys, held, inverse, pdir):
+    """The predicate tables without the held-out forms, after the leak check of what remains."""
+    from relate.data.predicate_split import check_no_leak
+
+    out = _held_out(cfg)
+    keep = [i for i, s in enumerate(strings) if not out.removes(s)]
+    strings, keys, held = [strings[i] for i in keep], [keys[i] for i in keep], [held[i] for i in keep]
+    inverse, pdir = inverse[np.ix_(keep, keep)], pdir[keep]
+    check_no_leak(out.split, {"text space": strings,
+                              "training bank": [s for s, h in zip(strings, held) if not h],
+                              "training relations": [r["predicate"] for rs in train.column("relations").to_pylist()
+                                                     for r in rs]})
+    return strings, keys, held, inverse, pdir
 
 
 def relations_checksum(train: pa.Table) -> str:

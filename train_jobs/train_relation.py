@@ -32,7 +32,7 @@ from relate.placement import scaling_config_kwargs
 from relate.storage import is_uri, join, redact, resolve, uri_for
 from train_jobs import run_files
 from train_jobs.relation_config import OptimConfig, RunSettings, TrainRelationConfig
-from train_jobs.relation_data import DecodeStage, build_space, dropped_by_caps
+from train_jobs.relation_data import DecodeStage, build_space, dropped_by_caps, training_table
 from train_jobs.relation_worker import train_loop_per_worker
 from train_jobs.run_files import PROGRESS_LOG, RunError, RunState, new_run_name
 
@@ -82,13 +82,11 @@ def build_trainer(cfg: TrainRelationConfig):
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from relate.data.corpus import read_corpus
-
     space = build_space(cfg.data, cfg.model.text_dim)
     # the (small) row table is read and schema-validated once; the heavy work, image decoding,
     # streams through Ray Data. Read tasks would compete with the trainers for the same CPUs.
-    table = read_corpus(cfg.data.corpus_root, "train").select(["image_id", "uri", "width", "height", "boxes",
-                                                                "relations", "source"])
+    table = training_table(cfg.data, quiet=True).select(["image_id", "uri", "width", "height", "boxes",
+                                                         "relations", "source"])
     dropped, total, images = dropped_by_caps(table, cfg.data)
     if dropped:
         print(f"data caps: {dropped} of {total} training relations ({images} images) are beyond data.max_boxes="
