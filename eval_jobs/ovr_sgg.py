@@ -58,10 +58,25 @@ class OvRBenchmarkConfig(StrictConfig):
 
 class OvRSystemConfig(StrictConfig):
     name: str = Field(min_length=1, description="row name in the table")
-    checkpoint: LocationValue | None = Field(None, description="relation checkpoint folder run on the benchmark")
+    checkpoint: LocationValue | None = Field(None, description="relation checkpoint run on the benchmark: its folder, a "
+                                             "pointer file naming it (a LATEST file), or a training run's folder "
+                                             "(its latest checkpoint)")
     predictions: LocationValue | None = Field(None, description="PREDICTIONS_SCHEMA Parquet already written")
     novel_seen: bool | None = Field(None, description="for a predictions file: whether the system was trained on the "
                                     "novel predicates (a checkpoint's bank answers this itself)")
+
+    def resolve_checkpoint(self) -> str:
+        """The checkpoint folder itself (a pointer file read, a run folder's latest checkpoint taken)."""
+        from eval_jobs.ovsgg_config import InferenceSpec
+        from train_jobs.run_files import SNAPSHOT, latest_checkpoint_dir
+
+        path = InferenceSpec(system=self.name, checkpoint=self.checkpoint).resolve_checkpoint()
+        if Path(path).is_dir() and not (Path(path) / "meta.json").is_file() and (Path(path) / SNAPSHOT).is_file():
+            latest = latest_checkpoint_dir(path)
+            if latest is None:
+                raise ValueError(f"system {self.name!r}: training run {path} holds no checkpoint yet")
+            return latest
+        return path
 
     @model_validator(mode="after")
     def _one_source(self) -> "OvRSystemConfig":
@@ -245,7 +260,7 @@ def main(cfg: OvRSGGConfig) -> dict:
                                                      if s.predictions is not None}
     if ckpts:
         regions = _regions(cfg.benchmark, corpus)
-        args = [(s.checkpoint, regions, vocab, cfg.per_pair, str(out / "predictions" / f"{s.name}.parquet"))
+        args = [(s.resolve_checkpoint(), regions, vocab, cfg.per_pair, str(out / "predictions" / f"{s.name}.parquet"))
                 for s in ckpts]
         progress = Progress(name, "inference systems", len(ckpts))
         if cfg.use_ray:

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from relate.storage import join, redact, resolve
 
 __all__ = ["PROGRESS_LOG", "TENSORBOARD_DIR", "DRILL_MARKER", "SNAPSHOT", "ProgressLog", "TensorBoardLog", "maybe_kill", "RunError", "RunState",
-           "new_run_name", "latest_step", "plan_run", "refuse_finished"]
+           "new_run_name", "latest_step", "latest_checkpoint_dir", "plan_run", "refuse_finished"]
 
 PROGRESS_LOG = "progress.log"
 TENSORBOARD_DIR = "tensorboard"  # rank 0's event files: ``tensorboard --logdir <run folder>``
@@ -156,6 +156,13 @@ def _latest_checkpoint(storage: str, name: str) -> tuple[bool, dict | None]:
         return False, None
     text = _read_text(fs, f"{run_dir}/{SNAPSHOT}")
     return True, None if text is None else json.loads(text).get("latest_checkpoint_result")
+
+
+def latest_checkpoint_dir(run_folder: str) -> str | None:
+    """The folder of a run's latest checkpoint (a relation checkpoint folder), None when it has none."""
+    parent, _, name = str(run_folder).rstrip("/").rpartition("/")
+    _, latest = _latest_checkpoint(parent or ".", name)
+    return None if latest is None else join(parent or ".", name, latest["checkpoint_dir_name"])
 
 
 def latest_step(storage: str, name: str) -> int:
