@@ -363,7 +363,7 @@ def test_cluster_nodes_guard_every_serve_app():
     spec = service["spec"]["rayClusterConfig"]
     pods = [spec["headGroupSpec"]] + spec["workerGroupSpecs"]
     for pod in pods:
-        for c in pod["template"]["spec"]["containers"]:
+        for c in pod["template"]["spec"]["containers"][:1]:  # the Ray container (the nginx sidecar runs no Serve)
             env = {e["name"]: e for e in c.get("env", [])}
             assert TOKEN_ENV in env and env["RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"]["value"] == PROXY_CALLBACK
     for image in ("cluster/Dockerfile.cpu", "cluster/Dockerfile.gpu"):  # every node image
