@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -122,22 +123,36 @@ def scene_graphs_table(ids: Sequence[str], images: Sequence[dict], predicates: S
     """One row per image from dicts of numpy arrays: ``boxes`` (n, 4), ``labels`` (n,), ``scores``
     (n,), optional ``pairs`` (m, 2) with ``pair_scores`` (m, P), optional ``triplets`` (list of
     (subject, object, predicate, score)). Arrays are concatenated, not turned into Python rows."""
-    P = len(predicates)
-    cat = lambda key, shape: (np.concatenate([np.asarray(im.get(key, np.zeros(shape))).reshape((-1,) + shape[1:])  # noqa: E731
-                                              for im in images]) if images else np.zeros(shape))
-    boxes = cat("boxes", (0, 4)).astype(np.float32)
-    n_obj = np.array([len(im["labels"]) for im in images], np.int64)
-    labels = [None if lab is None else str(lab) for im in images for lab in im["labels"]]
+    return _table_of(ids, _concat_images(images, len(predicates)), predicates)
+
+
+def _concat_images(images: Sequence[dict], P: int) -> dict:
+    """The images' arrays concatenated in the file's dtypes, with the per-image counts."""
+    def cat(key: str, shape: tuple, dtype) -> np.ndarray:
+        # one copy of each array, straight into the column's dtype (an sgdet chunk holds 16M scores)
+        parts = [np.asarray(im[key]).reshape((-1,) + shape[1:]) if key in im else np.zeros(shape, dtype)
+                 for im in images]
+        return np.concatenate(parts, dtype=dtype, casting="unsafe") if parts else np.zeros(shape, dtype)
+
+    return {"boxes": cat("boxes", (0, 4), np.float32), "scores": cat("scores", (0,), np.float32),
+            "n_objects": np.array([len(im["labels"]) for im in images], np.int64),
+            "labels": [None if lab is None else str(lab) for im in images for lab in im["labels"]],
+            "pairs": cat("pairs", (0, 2), np.int32), "pair_scores": cat("pair_scores", (0, P), np.float32),
+            "n_pairs": np.array([len(np.asarray(im.get("pairs", np.zeros((0, 2)))).reshape(-1, 2)) for im in images],
+                                np.int64),
+            "triplets": [im.get("triplets", []) for im in images]}
+
+
+def _table_of(ids: Sequence[str], a: dict, predicates: Sequence[str]) -> pa.Table:
+    boxes, pairs, n_pairs = a["boxes"], a["pairs"], a["n_pairs"]
     objs = pa.StructArray.from_arrays([pa.array(boxes[:, k]) for k in range(4)] + [
-        pa.array(labels, pa.string()), pa.array(cat("scores", (0,)).astype(np.float32))], fields=list(OBJECT_TYPE))
-    pairs = cat("pairs", (0, 2)).astype(np.int32)
-    n_pairs = np.array([len(np.asarray(im.get("pairs", np.zeros((0, 2)))).reshape(-1, 2)) for im in images], np.int64)
+        pa.array(a["labels"], pa.string()), pa.array(a["scores"])], fields=list(OBJECT_TYPE))
     pair_arr = pa.StructArray.from_arrays([pa.array(pairs[:, 0]), pa.array(pairs[:, 1])], fields=list(PAIR_TYPE))
-    flat = cat("pair_scores", (0, P)).astype(np.float32).reshape(-1)
+    P = len(predicates)
     inner = pa.ListArray.from_arrays(pa.array((np.arange(n_pairs.sum() + 1) * P).astype(np.int32)),
-                                     pa.array(flat), type=pa.list_(pa.float32()))
-    tris = [t for im in images for t in im.get("triplets", [])]
-    n_tri = np.array([len(im.get("triplets", [])) for im in images], np.int64)
+                                     pa.array(a["pair_scores"].reshape(-1)), type=pa.list_(pa.float32()))
+    tris = [t for im_tris in a["triplets"] for t in im_tris]
+    n_tri = np.array([len(t) for t in a["triplets"]], np.int64)
     tri_arr = pa.StructArray.from_arrays([
         pa.array([int(t[0]) for t in tris], pa.int32()), pa.array([int(t[1]) for t in tris], pa.int32()),
         pa.array([str(t[2]) for t in tris], pa.string()), pa.array([float(t[3]) for t in tris], pa.float32()),
@@ -147,7 +162,7 @@ def scene_graphs_table(ids: Sequence[str], images: Sequence[dict], predicates: S
         off = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
         return pa.ListArray.from_arrays(off, values, type=pa.list_(type_))
 
-    return pa.Table.from_arrays([pa.array([str(i) for i in ids], pa.string()), lists(objs, n_obj, OBJECT_TYPE),
+    return pa.Table.from_arrays([pa.array([str(i) for i in ids], pa.string()), lists(objs, a["n_objects"], OBJECT_TYPE),
                                  lists(pair_arr, n_pairs, PAIR_TYPE), lists(inner, n_pairs, pa.list_(pa.float32())),
                                  lists(tri_arr, n_tri, TRIPLET_TYPE)], schema=scene_graphs_schema(predicates))
 
@@ -176,15 +191,16 @@ def _image_ids(cfg: ConvertConfig, bench) -> list[str]:
 DENSE_FORMATS = ("sgb", "openpsg-pkl")
 
 
-def _score(cfg: ConvertConfig, bench) -> dict:
+def _score(cfg: ConvertConfig, bench, inline: "_InlineSgb | None" = None) -> dict:
     from relate.metrics import evaluate_scene_graphs, load_ground_truth, load_scene_graphs
 
-    gt = load_ground_truth(bench.corpus)
+    gt = inline.gt if inline is not None else load_ground_truth(bench.corpus)
     rows = bench.gt_rows()
     extra = {"gt_rows": rows} if rows is not None else {}
     keep = lambda m: {k: v for k, v in m.items() if k.split("@")[0] in ("R", "mR") or "@" not in k}  # noqa: E731
     if cfg.protocol == "sgb" and cfg.source_format in DENSE_FORMATS:
-        results = _score_sgb_stream(cfg, gt, list(bench.predicates))
+        results = (inline.results() if inline is not None
+                   else _score_sgb_stream(cfg, gt, list(bench.predicates)))
         per_image = str(Path(cfg.out).with_suffix(".per_image.parquet"))
         _write_per_image(cfg, results, per_image)
         return {"protocol": "sgb", **{mode: keep(r.metrics) for mode, r in results.items()},
@@ -234,9 +250,64 @@ def _write_per_image(cfg: ConvertConfig, results: dict, path: str) -> None:
     pq.write_table(to_table(rows, PER_IMAGE_SCHEMA, table=path), path)
 
 
-def _write_sgb(cfg: ConvertConfig, bench) -> dict:
+class _InlineSgb:
+    """``--score`` under sgb in this process: each chunk is scored from the arrays it was just
+    written from (validated as a table first), so the file is never read back and its score lists
+    never copied again; what is kept per chunk is an SgbPartial, the size of its images' ground
+    truth. The totals and per-image rows are those of scoring the written file."""
+
+    def __init__(self, cfg: ConvertConfig, bench) -> None:
+        from relate.metrics import load_ground_truth
+
+        self.cfg, self.predicates = cfg, list(bench.predicates)
+        self.gt = load_ground_truth(bench.corpus)
+        self.index = self.gt.index_of()
+        self.partials: list = []
+
+    def __call__(self, ids: Sequence[str], a: dict, columns: Sequence[str]) -> None:
+        from relate.metrics.sgb_stream import scene_graphs_of_arrays, sgb_partial_of
+
+        unknown = [i for i in ids if i not in self.index]
+        if unknown:
+            raise SchemaError(f"{self.cfg.out}: image_id(s) not in the ground truth: {unknown[:5]} "
+                              f"({len(unknown)} in all)")
+        rows = np.array([self.index[i] for i in ids], np.int64)
+        sg = scene_graphs_of_arrays(self.gt, rows, a["n_objects"], a["boxes"], a["labels"], a["scores"], a["n_pairs"],
+                                    a["pairs"], a["pair_scores"], columns, name=self.cfg.out)
+        self.partials.append(sgb_partial_of(self.gt, sg, rows, ks=self.cfg.ks, predicates=self.predicates))
+
+    def results(self) -> dict:
+        from relate.metrics.sgb_stream import sgb_stream_results
+
+        return sgb_stream_results(self.gt, self.partials, ks=self.cfg.ks, predicates=self.predicates)
+
+
+def _leaf_paths(type_: pa.DataType, path: str) -> list[str]:
+    """Parquet's column paths of an Arrow field (lists nest as ``list.element``)."""
+    if pa.types.is_struct(type_):
+        return [p for f in type_ for p in _leaf_paths(f.type, f"{path}.{f.name}")]
+    if pa.types.is_list(type_):
+        return _leaf_paths(type_.value_type, f"{path}.list.element")
+    return [path]
+
+
+_SCORE_COLUMN = "pair_scores.list.element.list.element"
+
+
+def _sgb_writer_options(schema: pa.Schema) -> dict:
+    """ParquetWriter options for an sgdet output: its pair scores (95% of the bytes) are written
+    byte-stream-split and uncompressed, with no dictionary attempt (float scores barely compress,
+    and compressing them doubled the write time); strings keep dictionaries, the rest snappy."""
+    leaves = [p for f in schema for p in _leaf_paths(f.type, f.name)]
+    strings = ["image_id", "objects.list.element.label", "triplets.list.element.predicate"]
+    return {"compression": {p: ("none" if p == _SCORE_COLUMN else "snappy") for p in leaves},
+            "use_dictionary": strings, "column_encoding": {_SCORE_COLUMN: "BYTE_STREAM_SPLIT"}}
+
+
+def _write_sgb(cfg: ConvertConfig, bench, inline: _InlineSgb | None = None) -> dict:
     """Convert an SGB output chunk by chunk into ``cfg.out`` (one row group per chunk), through a
-    ``.partial`` file that is renamed only once every image is in and the count matches."""
+    ``.partial`` file that is renamed only once every image is in and the count matches; with
+    ``inline``, each validated chunk is scored before it is written."""
     ids = _image_ids(cfg, bench)
     predicates = sgb_dicts(cfg.dicts)[1]
     final, tmp = Path(cfg.out), Path(cfg.out + ".partial")
@@ -248,17 +319,29 @@ def _write_sgb(cfg: ConvertConfig, bench) -> dict:
                            f"({cfg.image_ids or f'{cfg.benchmark_reader} {cfg.split}'}); they must align")
 
     try:
-        with pq.ParquetWriter(tmp, scene_graphs_schema(predicates)) as writer:
+        schema = scene_graphs_schema(predicates)
+        # one chunk is encoded and written by a second thread (pyarrow releases the GIL) while the
+        # next is read, validated and scored: the two halves of the work overlap on two cores
+        with pq.ParquetWriter(tmp, schema, **_sgb_writer_options(schema)) as writer, \
+                ThreadPoolExecutor(1, thread_name_prefix="sgb-write") as pool:
+            writing = None
             for chunk in iter_sgb(cfg.input, cfg.dicts, cfg.chunk_scores):
                 pos = counts["images"]
                 if pos + len(chunk) > len(ids):
                     raise mismatch(_count_sgb(cfg))
-                table = scene_graphs_table(ids[pos:pos + len(chunk)], chunk, predicates)
+                arrays = _concat_images(chunk, len(predicates))
+                table = _table_of(ids[pos:pos + len(chunk)], arrays, predicates)
                 validate_scene_graphs(table, name=cfg.out)
-                writer.write_table(table, row_group_size=SCENE_GRAPHS_ROW_GROUP)
+                if writing is not None:
+                    writing.result()  # at most one chunk in flight: memory stays two chunks
+                writing = pool.submit(writer.write_table, table, row_group_size=SCENE_GRAPHS_ROW_GROUP)
+                if inline is not None:
+                    inline(ids[pos:pos + len(chunk)], arrays, predicates)
                 counts["images"] += len(chunk)
                 counts["objects"] += sum(len(im["labels"]) for im in chunk)
                 counts["pairs"] += sum(len(im["pairs"]) for im in chunk)
+            if writing is not None:
+                writing.result()
         if counts["images"] != len(ids):
             raise mismatch(counts["images"])
         tmp.replace(final)
@@ -285,9 +368,11 @@ def main(cfg: ConvertConfig) -> dict:
                                              path=cfg.benchmark_path, split=cfg.split), cfg.protocol)
     report: dict | None = None
     if cfg.source_format == "sgb":  # streamed: a full sgdet split never fits in memory
-        result = _write_sgb(cfg, bench)
+        inline = (_InlineSgb(cfg, bench) if cfg.score and cfg.protocol == "sgb" and cfg.score_workers == 0
+                  else None)
+        result = _write_sgb(cfg, bench, inline)
         if cfg.score:
-            result["scores"] = _score(cfg, bench)
+            result["scores"] = _score(cfg, bench, inline)
         return result
     if cfg.source_format == "vlm":
         embed, matcher = _matcher(cfg)

@@ -150,7 +150,8 @@ def _sgb_image(b: Any, i: int, path: str, idx_to_label: dict[int, str], P: int, 
     unknown = sorted(set(lab.tolist()) - set(idx_to_label))
     if unknown:
         raise SchemaError(f"{path}: prediction {i}: pred_labels {unknown[:5]} are not in {dicts}'s idx_to_label")
-    rel = _arr(f["pred_rel_scores"]).astype(np.float32)
+    # a view of the (memory-mapped) file: its one copy is into the chunk's score matrix
+    rel = _arr(f["pred_rel_scores"]).astype(np.float32, copy=False)
     if rel.ndim != 2 or rel.shape[1] != P + 1:
         raise SchemaError(f"{path}: prediction {i}: pred_rel_scores has shape {rel.shape}; need (pairs, "
                           f"{P + 1}): background + the {P} predicates of {dicts}")

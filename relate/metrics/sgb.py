@@ -291,30 +291,53 @@ def sgb_rank_dense(pair_offsets: np.ndarray, pair_image: np.ndarray, subject_sco
 
     ``scores`` is (pairs, P) float32 with columns in label-set order; the pairs of one image are
     the contiguous block ``pair_offsets[r]:[r + 1]``. The same rules as :func:`sgb_rank`, on the
-    matrix itself: argmax per row for the graph-constrained slot, and for the unconstrained list
-    a per-image partition that finds the 100th best entry before anything is sorted.
+    matrix itself: argmax per row for the graph-constrained slot. Only what can reach the top
+    ``max_k`` (or the unconstrained 100) is sorted: a per-image partition finds the k-th best pair
+    (or a bound on the k-th best entry) first, so an sgdet image (6,320 pairs x 50) sorts about a
+    hundred pairs, not all of them, and the unconstrained products are formed for those pairs only.
     """
     N, P = scores.shape
     best = scores.argmax(axis=1) if P else np.zeros(N, np.int64)  # first maximum: lowest label index
     p32 = np.take_along_axis(scores, best[:, None], 1)[:, 0] if P else np.zeros(N, np.float32)
     triple = (p32 * subject_score) * object_score
-    order = np.argsort(_desc_key(pair_image, triple), kind="stable")  # ties: the pair's place in the file
-    gc_sorted = _rank_in_image(pair_image[order])
+    block = np.repeat(np.arange(pair_offsets.size - 1), np.diff(pair_offsets))
     if graph_constrained:
-        keep = gc_sorted < max_k
-        return order[keep], best[order[keep]].astype(np.int64), gc_sorted[keep]
-    gc_rank = np.empty(N, np.int64)
-    gc_rank[order] = gc_sorted
+        # a pair ranks below max_k once max_k pairs of its image score above it: only the pairs at
+        # or above the image's max_k-th best score are sorted (ties: the pair's place in the file)
+        top = _at_least(triple, _kth_largest_per_block(triple[:, None], pair_offsets, max_k)[block])
+        order = top[np.argsort(_desc_key(pair_image[top], triple[top]), kind="stable")]
+        rank = _rank_in_image(pair_image[order])
+        keep = rank < max_k
+        return order[keep], best[order[keep]].astype(np.int64), rank[keep]
     cap = min(max_k, SGB_NOGC_CAP)
-    overall = (subject_score * object_score)[:, None] * scores  # float32, as SGB multiplies
-    thr = _kth_largest_per_block(overall, pair_offsets, cap)
-    rows = np.repeat(np.arange(pair_offsets.size - 1), np.diff(pair_offsets))
-    pr, col = np.nonzero(overall >= thr[rows][:, None])
-    sel = overall[pr, col]
-    order = np.lexsort((gc_rank[pr] * max(P, 1) + col, _desc_key(pair_image[pr], sel)))
+    so = subject_score * object_score  # float32, as SGB multiplies
+    # (s x o) x best score is the largest entry of a pair's row when s x o >= 0 (rounding is
+    # monotone), so the image's cap-th largest of these bounds its cap-th largest entry from
+    # below: a pair under the bound has no entry in the top cap. Other pairs are always kept.
+    plain = np.isfinite(so) & (so >= 0)
+    row_top = np.where(plain, so * p32, np.float32(-np.inf))
+    bound = _kth_largest_per_block(row_top[:, None], pair_offsets, cap)
+    cand = np.flatnonzero(_at_least(row_top, bound[block], mask=True) | ~plain)
+    c_off = np.concatenate([[0], np.cumsum(np.bincount(block[cand], minlength=pair_offsets.size - 1))])
+    overall = so[cand][:, None] * scores[cand]
+    thr = _kth_largest_per_block(overall, c_off, cap)
+    ci, col = np.nonzero(overall >= thr[block[cand]][:, None])
+    sel = overall[ci, col]
+    # ties: the pair's graph-constrained order (best score, then place in the file), then the label
+    gc_order = np.empty(cand.size, np.int64)
+    gc_order[np.argsort(_desc_key(pair_image[cand], triple[cand]), kind="stable")] = np.arange(cand.size)
+    pr = cand[ci]
+    order = np.lexsort((gc_order[ci] * max(P, 1) + col, _desc_key(pair_image[pr], sel)))
     rank = _rank_in_image(pair_image[pr][order])
     keep = rank < cap
     return pr[order][keep], col[order][keep].astype(np.int64), rank[keep]
+
+
+def _at_least(values: np.ndarray, thr: np.ndarray, mask: bool = False) -> np.ndarray:
+    """Rows whose value is not below its threshold (NaN counts as not below: such rows stay in
+    the sort, wherever it puts them); their indices, or the boolean mask."""
+    m = ~(values < thr)
+    return m if mask else np.flatnonzero(m)
 
 
 def _desc_key(group: np.ndarray, score: np.ndarray) -> np.ndarray:

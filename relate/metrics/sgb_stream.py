@@ -24,13 +24,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from relate.metrics._tables import GroundTruth
+from relate.metrics._boxmatch import Detections
+from relate.metrics._tables import GroundTruth, Predictions
 from relate.metrics.recall import RecallResult
-from relate.metrics.scene_graphs import (_check_labels, load_scene_graphs, sgb_dense_hits, sgb_dense_result)
+from relate.metrics.scene_graphs import (SceneGraphs, _check_labels, load_scene_graphs, sgb_dense_hits,
+                                         sgb_dense_result)
 from relate.schema import SchemaError
 
-__all__ = ["SgbPartial", "MODES", "scene_graph_batches", "sgb_partial", "combine_partials", "sgb_stream_results",
-           "evaluate_sgb_stream"]
+__all__ = ["SgbPartial", "MODES", "scene_graph_batches", "sgb_partial", "sgb_partial_of", "scene_graphs_of_arrays",
+           "combine_partials", "sgb_stream_results", "evaluate_sgb_stream"]
 
 MODES = (True, False)  # graph-constrained, unconstrained: both from one read of each batch
 
@@ -68,13 +70,53 @@ def sgb_partial(gt: GroundTruth, batch: pa.Table, *, ks: Sequence[int], predicat
                 iou_threshold: float = 0.5) -> SgbPartial:
     """Score one batch of scene-graphs rows (dense pair scores) in both modes."""
     sg = load_scene_graphs(batch, gt)
+    index = gt.index_of()
+    seen = np.array([index[i] for i in batch.column("image_id").to_pylist()], dtype=np.int64)
+    return sgb_partial_of(gt, sg, seen, ks=ks, predicates=predicates, iou_threshold=iou_threshold)
+
+
+def scene_graphs_of_arrays(gt: GroundTruth, rows: np.ndarray, n_objects: np.ndarray, boxes: np.ndarray,
+                           labels: Sequence[str | None], object_scores: np.ndarray, n_pairs: np.ndarray,
+                           pairs: np.ndarray, pair_scores: np.ndarray, predicates: Sequence[str],
+                           name: str = "scene_graphs") -> SceneGraphs:
+    """The SceneGraphs that load_scene_graphs gives for a dense table built from these arrays (one
+    file row per entry of ``rows``, the GT image index of each; objects and pairs concatenated in
+    row order; ``boxes`` and ``pair_scores`` already in the file's float32), without the table:
+    a converter that has just validated and written the chunk scores the arrays it already holds
+    (the table's nested score lists are copied each time pyarrow combines them). The arrays are
+    not validated here; validate the table that holds them (relate.schema.validate_scene_graphs)."""
+    rows, n_objects, n_pairs = (np.asarray(a, np.int64) for a in (rows, n_objects, n_pairs))
+    per_img = np.zeros(gt.n_images, np.int64)
+    per_img[rows] = n_objects
+    off = np.concatenate([[0], np.cumsum(per_img)]).astype(np.int64)
+    row_off = np.concatenate([[0], np.cumsum(n_objects)]).astype(np.int64)
+    parent = np.repeat(np.arange(rows.size), n_objects)
+    dest = off[rows[parent]] + (np.arange(parent.size) - row_off[parent])
+    obj_boxes = np.zeros((parent.size, 4))
+    obj_labels = np.empty(parent.size, dtype=object)
+    obj_scores = np.zeros(parent.size, np.float32)
+    obj_boxes[dest] = np.asarray(boxes, np.float32).reshape(-1, 4)
+    obj_labels[dest] = np.asarray(list(labels), dtype=object) if parent.size else obj_labels
+    obj_scores[dest] = np.asarray(object_scores, np.float32)
+    pairs = np.asarray(pairs).reshape(-1, 2)
+    z = np.zeros(0, np.int64)
+    none = Predictions(z, z, z, z, np.zeros(0), gt.predicates, name, np.zeros(rows.size + 1, np.int64))
+    pair_off = np.concatenate([[0], np.cumsum(n_pairs)]).astype(np.int64)
+    return SceneGraphs(Detections(off, obj_boxes, obj_labels), obj_scores, pair_off,
+                       rows[np.repeat(np.arange(rows.size), n_pairs)], pairs[:, 0].astype(np.int64),
+                       pairs[:, 1].astype(np.int64),
+                       np.asarray(pair_scores, np.float32).reshape(pairs.shape[0], len(predicates)),
+                       np.asarray(list(predicates), dtype=object), none, name)
+
+
+def sgb_partial_of(gt: GroundTruth, sg: SceneGraphs, seen: np.ndarray, *, ks: Sequence[int],
+                   predicates: Sequence[str] | None, iou_threshold: float = 0.5) -> SgbPartial:
+    """:func:`sgb_partial` of a batch already loaded (``seen``: the GT images of its rows)."""
     if sg.triplets.n:
         raise ValueError(f"{sg.source}: streaming sgb scores dense pair_scores; this file has {sg.triplets.n} sparse "
                          "triplets (score it whole with evaluate_scene_graphs)")
     _check_labels(sg)
-    index = gt.index_of()
-    out = SgbPartial(seen=np.array([index[i] for i in batch.column("image_id").to_pylist()], dtype=np.int64),
-                     n_pairs=int(sg.scores.shape[0]))
+    out = SgbPartial(seen=np.asarray(seen, np.int64), n_pairs=int(sg.scores.shape[0]))
     for gc in MODES:
         hit, pair_img, out.n_unscored = sgb_dense_hits(gt, sg, ks, gc, predicates, iou_threshold)
         out.rows[gc] = np.flatnonzero(np.isfinite(hit))

@@ -317,3 +317,36 @@ def test_ovsgg_config_runs_the_sgb_protocol(tmp_path):
     assert rec["protocol"] == "sgb" and rec["matcher"] == "legacy"
     assert rec["metrics"]["R@50"] == pytest.approx(0.5)   # M only: 1 of 2
     assert rec["metrics"]["mR@50"] == pytest.approx(0.5)  # (on 1 + near 0) / 2
+
+
+@pytest.mark.parametrize("gc", [True, False])
+def test_dense_ranking_on_images_larger_than_k(gc):
+    """sgb_rank_dense sorts only what can reach the top K (a per-image partition first); on images
+    larger than K, with tied scores and zero and negative object scores, it ranks exactly as a
+    full sort of every pair (graph-constrained) or every entry (unconstrained) per image does."""
+    from relate.metrics.sgb import SGB_NOGC_CAP, sgb_rank_dense
+
+    rng = np.random.default_rng(3)
+    sizes = np.array([0, 1, 60, 99, 100, 101, 240, 700])
+    P = 7
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    image = np.repeat(np.arange(sizes.size), sizes)
+    scores = (np.round(rng.random((off[-1], P)) * 8) / 8).astype(np.float32)  # many ties
+    s, o = ((np.round(rng.random(off[-1]) * 4) / 4).astype(np.float32) for _ in range(2))
+    s[rng.random(s.size) < .1] = -0.5
+    for k in (1, 20, 100, 150):
+        pr, col, rank = sgb_rank_dense(off, image, s, o, scores, graph_constrained=gc, max_k=k)
+        got = sorted(zip(image[pr].tolist(), rank.tolist(), pr.tolist(), col.tolist()))
+        want = []
+        for i in range(sizes.size):
+            rows = range(off[i], off[i + 1])
+            best = {r: int(np.argmax(scores[r])) for r in rows}
+            gc_order = sorted(rows, key=lambda r: (-((scores[r, best[r]] * s[r]) * o[r]), r))
+            if gc:
+                want += [(i, n, r, best[r]) for n, r in enumerate(gc_order[:k])]
+                continue
+            place = {r: n for n, r in enumerate(gc_order)}
+            entries = sorted(((r, c) for r in rows for c in range(P)),
+                             key=lambda e: (-((s[e[0]] * o[e[0]]) * scores[e]), place[e[0]], e[1]))
+            want += [(i, n, r, c) for n, (r, c) in enumerate(entries[:min(k, SGB_NOGC_CAP)])]
+        assert got == sorted(want)
