@@ -32,7 +32,7 @@ from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError
 
 from serve_apps import security as S
-from serve_apps.admission import AdmissionMiddleware, reserve_pixels
+from serve_apps.admission import AdmissionMiddleware, ImageBudgetMiddleware, reserve_pixels
 from serve_apps.allocator import bound_malloc_retention
 from serve_apps.auth import (PAGE_SUFFIXES, BearerAuthMiddleware, HostCheckMiddleware, allowed_host_names,
                              require_token_for_bind)
@@ -47,6 +47,9 @@ __all__ = ["build_app", "api", "IngressDeployment"]
 api = FastAPI(title="relate: open-vocabulary visual relations", version="1.0.0",
               description="Score (subject, predicate, object) triplets between image regions against any "
                           "vocabulary, detect-and-relate, judge relations with a VLM, and render graphs.")
+# innermost, inside the body limit: a JSON body that opens with its image has the image's pixels
+# reserved from its first bytes, before the rest is read or any of it parsed (serve_apps/admission.py)
+api.add_middleware(ImageBudgetMiddleware, budget=lambda: S.STATE["max_inflight_pixels"])
 api.add_middleware(S.BodyLimitMiddleware, max_bytes=lambda: S.STATE["max_request_bytes"],
                    timeout_s=lambda: S.STATE["body_timeout_s"])
 # outside the body limit, inside auth: a model request beyond what this replica holds is refused
@@ -137,7 +140,9 @@ class IngressDeployment:
         is decoded: a box count over the limit, or masks whose dense size (masks x width x height,
         the same whichever way EXIF turns the picture) exceeds max_mask_pixels, or pixels that do
         not fit this replica's in-flight budget (``serve_apps.admission``). A 5000 x 5000 image
-        with three full masks is a 413 here, not 75 MB of decoded pixels first."""
+        with three full masks is a 413 here, not 75 MB of decoded pixels first. A JSON body that
+        opens with its image had the image's pixels reserved from its first bytes already; the
+        total reserved here adds the masks."""
         masks, boxes = getattr(p, "masks", None), getattr(p, "boxes", None)
         if boxes is not None and len(boxes) > self.sec.max_regions:
             raise S.ApiError(422, "too_many_regions", f"boxes: {len(boxes)} regions exceed the limit of "

@@ -43,7 +43,7 @@ _OBJECT_REPR = re.compile(r"\s*<[^<>]*\bobject at 0x[0-9a-fA-F]+>")
 # Per-process settings the middleware and auth dependency read. They live here (an importable
 # module) because Serve ships the ingress class by value: a dict defined next to it would be a copy.
 STATE: dict[str, Any] = {"max_request_bytes": 16 * 2**20, "body_timeout_s": 30.0, "token": None,
-                         "max_inflight_requests": 64}
+                         "max_inflight_requests": 64, "max_inflight_pixels": 100_000_000}
 
 
 def configure(settings: SecuritySettings) -> None:
@@ -51,6 +51,7 @@ def configure(settings: SecuritySettings) -> None:
     STATE["max_request_bytes"] = settings.max_request_bytes
     STATE["body_timeout_s"] = settings.body_timeout_s
     STATE["max_inflight_requests"] = settings.max_inflight_requests
+    STATE["max_inflight_pixels"] = settings.max_inflight_pixels
     STATE["token"] = resolve_token(settings)
 
 

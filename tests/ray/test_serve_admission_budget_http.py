@@ -1,7 +1,8 @@
 """Admission before work, over real HTTP (serve_apps/admission.py, the RelationModel's embedding
 path): a request beyond what the ingress holds is refused from its headers before its body is
 sent; pixels are budgeted per ingress replica from the image header (413 beyond the whole budget,
-503 + Retry-After beyond what is left); a new vocabulary is embedded outside the shared batch, so a
+503 + Retry-After beyond what is left), from the first bytes of a JSON body that opens with its
+image; a new vocabulary is embedded outside the shared batch, so a
 default-bank request is answered while it embeds, and one new vocabulary too many is a 503.
 
 The session's proxy runs our token callback (conftest), so requests carry its token."""
@@ -101,6 +102,28 @@ def test_an_image_over_the_whole_pixel_budget_is_413_from_its_header(app):
     r = app["client"].post("/v1/relations", json={"image": b64png(big), "boxes": BOXES})
     assert r.status_code == 413 and r.json()["error"] == "pixels_over_budget", r.text[:300]
     assert "1690000 pixels" in r.json()["message"]
+
+
+def test_an_image_over_the_budget_is_refused_from_the_first_bytes_of_its_json_body(app):
+    """The body opens with the image: its PNG header, in the first base64 characters, is enough for
+    the 413. Only those ~100 bytes of the announced body are ever sent, so an ingress that waited
+    for the whole body (to parse the JSON) would answer 408 after body_timeout_s (5 s) instead."""
+    body = json.dumps({"image": b64png(np.zeros((1300, 1300, 3), np.uint8)), "boxes": BOXES}).encode()
+    s = _head(app["port"], len(body), body[:100])
+    t0 = time.monotonic()
+    raw = s.recv(65536)
+    took = time.monotonic() - t0
+    while b"\r\n\r\n" in raw and len(raw.partition(b"\r\n\r\n")[2]) < _content_length(raw):
+        more = s.recv(65536)
+        if not more:
+            break
+        raw += more
+    s.close()
+    head, _, answer = raw.partition(b"\r\n\r\n")
+    print(f"\nrefused from the first 100 of {len(body)} body bytes in {took * 1e3:.0f} ms: {head.splitlines()[0]!r}")
+    assert head.startswith(b"HTTP/1.1 413"), raw[:300]
+    assert json.loads(answer)["error"] == "pixels_over_budget" and took < 4.0, (answer, took)
+    assert app["client"].post("/v1/relations", json={"image": b64png(SMALL), "boxes": BOXES}).status_code == 200
 
 
 def test_pixels_in_flight_and_new_vocabularies_are_budgeted_and_embedding_stalls_nobody(app):
