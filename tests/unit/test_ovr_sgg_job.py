@@ -4,6 +4,8 @@ checkpoint's compliance read from its own text bank (not from what the config cl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
@@ -73,3 +75,15 @@ def test_table8_for_compliant_and_non_compliant_checkpoints_and_an_oracle(tmp_pa
         assert needle in table, needle
     assert pq.read_table(tmp_path / "out" / "ovr_sgg.parquet").num_rows == 6
     assert (tmp_path / "out" / "ovr_sgg.png").stat().st_size > 1000
+
+
+def test_shipped_configs_parse_and_name_their_splits():
+    from relate.config import load_config
+
+    from eval_jobs.ovr_sgg import OvRSGGConfig
+
+    configs = Path(__file__).resolve().parents[2] / "eval_jobs" / "configs"
+    syn = load_config(OvRSGGConfig, configs / "ovr_sgg_synthetic.yaml")
+    vg = load_config(OvRSGGConfig, configs / "ovr_sgg_vg150.yaml")
+    assert (syn.split, syn.benchmark.fold, vg.split, vg.benchmark.reader) == ("synthetic_ovr", "lexicon", "vg150_ovr", "vg150")
+    assert vg.benchmark.detections and set(vg.matchers) == {"sgb", "one_to_one"}
