@@ -222,7 +222,10 @@ def test_renders_run_in_a_bounded_pool_with_a_deadline(app):
     replies = asyncio.run(burst())
     codes = [(r.status_code, r.json().get("error")) for r in replies]
     print(f"\nrender burst: {codes}")
-    assert (504, "render_timeout") in codes and (503, "render_busy") in codes, codes
+    # the others are refused, never queued: render_busy from the pool, or, on a loaded machine where the
+    # earlier renders still hold the ingress's slots, the ingress's own overloaded; an unbounded pool
+    # would run them all into their deadline (504 each)
+    assert (504, "render_timeout") in codes and any(c[0] == 503 for c in codes), codes
     assert all(c in ((504, "render_timeout"), (503, "render_busy"), (503, "overloaded")) for c in codes), codes
     assert all(r.headers.get("retry-after") for r in replies if r.status_code == 503)
     assert app["client"].get("/healthz").status_code == 200
