@@ -126,18 +126,28 @@ def scene_graphs_table(ids: Sequence[str], images: Sequence[dict], predicates: S
     return _table_of(ids, _concat_images(images, len(predicates)), predicates)
 
 
-def _concat_images(images: Sequence[dict], P: int) -> dict:
-    """The images' arrays concatenated in the file's dtypes, with the per-image counts."""
-    def cat(key: str, shape: tuple, dtype) -> np.ndarray:
-        # one copy of each array, straight into the column's dtype (an sgdet chunk holds 16M scores)
+def _concat_images(images: Sequence[dict], P: int, score_buffer: list | None = None) -> dict:
+    """The images' arrays concatenated in the file's dtypes, with the per-image counts. With
+    ``score_buffer`` (a one-item list, empty at first) the pair scores go into the array it holds,
+    grown when too small and reused by the next call: fresh memory costs a page fault per 4 KB on
+    first touch, as much as the copy itself on a loaded machine (an sgdet chunk is 64 MB)."""
+    def cat(key: str, shape: tuple, dtype, buffer: list | None = None) -> np.ndarray:
+        # one copy of each array, straight into the column's dtype
         parts = [np.asarray(im[key]).reshape((-1,) + shape[1:]) if key in im else np.zeros(shape, dtype)
                  for im in images]
-        return np.concatenate(parts, dtype=dtype, casting="unsafe") if parts else np.zeros(shape, dtype)
+        if not parts:
+            return np.zeros(shape, dtype)
+        if buffer is None:
+            return np.concatenate(parts, dtype=dtype, casting="unsafe")
+        n = sum(len(x) for x in parts)
+        if not buffer or buffer[0].shape[0] < n:
+            buffer[:] = [np.empty((n,) + shape[1:], dtype)]
+        return np.concatenate(parts, out=buffer[0][:n], casting="unsafe")
 
     return {"boxes": cat("boxes", (0, 4), np.float32), "scores": cat("scores", (0,), np.float32),
             "n_objects": np.array([len(im["labels"]) for im in images], np.int64),
             "labels": [None if lab is None else str(lab) for im in images for lab in im["labels"]],
-            "pairs": cat("pairs", (0, 2), np.int32), "pair_scores": cat("pair_scores", (0, P), np.float32),
+            "pairs": cat("pairs", (0, 2), np.int32), "pair_scores": cat("pair_scores", (0, P), np.float32, score_buffer),
             "n_pairs": np.array([len(np.asarray(im.get("pairs", np.zeros((0, 2)))).reshape(-1, 2)) for im in images],
                                 np.int64),
             "triplets": [im.get("triplets", []) for im in images]}
@@ -320,23 +330,30 @@ def _write_sgb(cfg: ConvertConfig, bench, inline: _InlineSgb | None = None) -> d
 
     try:
         schema = scene_graphs_schema(predicates)
-        # one chunk is encoded and written by a second thread (pyarrow releases the GIL) while the
-        # next is read, validated and scored: the two halves of the work overlap on two cores
+        # a second thread validates each chunk while this one scores it, then writes it (pyarrow
+        # and numpy release the GIL) while this one reads the next: on two cores the halves overlap.
+        # Two score buffers alternate: a chunk's is reused once its write is done.
         with pq.ParquetWriter(tmp, schema, **_sgb_writer_options(schema)) as writer, \
                 ThreadPoolExecutor(1, thread_name_prefix="sgb-write") as pool:
+            buffers: list[list] = [[], []]
             writing = None
-            for chunk in iter_sgb(cfg.input, cfg.dicts, cfg.chunk_scores):
+            for k, chunk in enumerate(iter_sgb(cfg.input, cfg.dicts, cfg.chunk_scores)):
                 pos = counts["images"]
                 if pos + len(chunk) > len(ids):
                     raise mismatch(_count_sgb(cfg))
-                arrays = _concat_images(chunk, len(predicates))
+                arrays = _concat_images(chunk, len(predicates), buffers[k % 2])
                 table = _table_of(ids[pos:pos + len(chunk)], arrays, predicates)
-                validate_scene_graphs(table, name=cfg.out)
-                if writing is not None:
-                    writing.result()  # at most one chunk in flight: memory stays two chunks
-                writing = pool.submit(writer.write_table, table, row_group_size=SCENE_GRAPHS_ROW_GROUP)
+                checked = pool.submit(validate_scene_graphs, table, name=cfg.out)  # after the previous write
                 if inline is not None:
-                    inline(ids[pos:pos + len(chunk)], arrays, predicates)
+                    try:
+                        inline(ids[pos:pos + len(chunk)], arrays, predicates)
+                    except Exception:
+                        checked.result()  # a chunk that fails validation: its SchemaError, naming the value
+                        raise
+                checked.result()
+                if writing is not None:
+                    writing.result()
+                writing = pool.submit(writer.write_table, table, row_group_size=SCENE_GRAPHS_ROW_GROUP)
                 counts["images"] += len(chunk)
                 counts["objects"] += sum(len(im["labels"]) for im in chunk)
                 counts["pairs"] += sum(len(im["pairs"]) for im in chunk)

@@ -340,3 +340,28 @@ def test_vlm_strings_map_at_the_calibrated_threshold_and_unmapped_are_counted(tm
     assert (gc["R@1"], gc["R@2"]) == (pytest.approx(0.75), 1.0)
     tri = pq.read_table(out).column("triplets").to_pylist()[0]
     assert [(t["predicate"], round(t["score"], 4)) for t in tri] == [("next to", round(5 / 6, 4)), ("holding", round(4 / 6, 4))]
+
+
+@pytest.mark.parametrize("bad", ["nan_score", "pair_out_of_range"])
+def test_sgb_scored_while_converted_still_refuses_a_bad_chunk_by_name(tmp_path, monkeypatch, bad):
+    # --score scores each chunk while a second thread validates it: a bad value must still end
+    # the job with the validator's SchemaError (not whatever the scorer trips on), and no file
+    import torch
+
+    BoxList = _boxlist_module(monkeypatch)
+    a = BoxList([[0, 0, 9, 9], [20, 20, 29, 29]], (100, 100))
+    a.add_field("pred_labels", torch.tensor([1, 2]))
+    a.add_field("pred_scores", torch.tensor([.9, .8]))
+    a.add_field("rel_pair_idxs", torch.tensor([[0, 1], [1, 5 if bad == "pair_out_of_range" else 0]]))
+    a.add_field("pred_rel_scores", torch.tensor([[.1, float("nan") if bad == "nan_score" else .2, .7], [.3, .6, .1]]))
+    torch.save({"predictions": [a]}, tmp_path / "eval_results.pytorch")
+    for name in SGB_MODULES:
+        monkeypatch.delitem(sys.modules, name)
+    dicts = tmp_path / "dicts.json"
+    dicts.write_text(json.dumps({"idx_to_label": {"1": "man", "2": "horse"}, "idx_to_predicate": {"1": "on", "2": "near"}}))
+    corpus = _corpus(tmp_path / "c.parquet", [("A", MAN_HORSE, [_rel(0, 1, "on")])])
+    out = tmp_path / "sg.parquet"
+    with pytest.raises(SchemaError, match="pair_scores" if bad == "nan_score" else "pairs"):
+        main(ConvertConfig(source_format="sgb", input=str(tmp_path / "eval_results.pytorch"), dicts=str(dicts),
+                           benchmark_reader="parquet", benchmark_path=corpus, out=str(out), score=True))
+    assert not out.exists() and not (tmp_path / "sg.parquet.partial").exists()
