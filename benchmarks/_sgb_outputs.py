@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from relate.schema import CORPUS_SCHEMA, to_table
 
-__all__ = ["N_DET", "N_PAIRS", "N_COLS", "write_sgb_outputs"]
+__all__ = ["N_DET", "N_PAIRS", "N_COLS", "N_PRED", "write_sgb_outputs", "load_sgb_shard"]
 
 N_DET, N_GT, N_REL, N_PRED, N_CAT = 80, 20, 8, 50, 150
 N_PAIRS, N_COLS = N_DET * (N_DET - 1), N_PRED + 1
@@ -115,3 +115,12 @@ def _corpus_row(iid: str, boxes: np.ndarray, cats: list[str], sub, obj, preds: l
                        "is_person": False, "is_body_part": False} for (a, b, c, d), cat in zip(boxes.tolist(), cats)],
             "relations": [{"subject": int(s), "object": int(o), "predicate": p, "pass": "human", "gate": "kept",
                            "score": None} for s, o, p in zip(sub, obj, preds)]}
+
+
+def load_sgb_shard(path: str | Path) -> list:
+    """One shard's BoxLists as SGB itself loads its output (plain ``torch.load`` with its BoxList
+    class importable); for the reference timing only, on files this module wrote."""
+    import torch
+
+    with _boxlist_class():
+        return torch.load(path, map_location="cpu", weights_only=False)["predictions"]

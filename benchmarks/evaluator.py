@@ -25,8 +25,17 @@ Figures:
   torch's import is paid before the clock starts); ``sgdet_full_26446_images_min`` extrapolates
   it linearly to VG150's test split (every step is per image);
 * ``sgdet_full_peak_rss_mb``  that process's peak resident memory: bounded by a chunk of images,
-  not by the split (the full split's scores alone are 34 GB).
-No SGB-reference timing: this benchmark has no path that runs Scene-Graph-Benchmark's own code.
+  not by the split (the full split's scores alone are 34 GB); ``sgdet_full_cpu_s_per_image`` its
+  CPU time (both threads) per image, the figure least moved by other jobs on a shared machine;
+* ``sgb_own_images_per_s``  Scene-Graph-Benchmark's own per-image evaluation (benchmarks.
+  _sgb_reference, written from its code: graph-constrained and unconstrained R@K, mR@K) on the
+  first 200 images (40 under --quick) of the same shards, from predictions in memory as SGB's test
+  loop holds them (its torch.load of the shards: ``sgb_own_load_ms_per_image``), after checking
+  that it gives the job's per-image recalls and mR@K; ``speedup_over_sgb_own`` is the whole
+  convert-and-score job's rate over it;
+* ``sgb_scorer_in_memory_images_per_s``  the ``sgb`` scorer on those images held in memory as
+  well (relate.metrics.sgb_stream on the arrays convert's reader gives), checked against SGB's
+  numbers; ``scorer_speedup_over_sgb_own`` is evaluation against evaluation.
 """
 
 from __future__ import annotations
@@ -183,36 +192,135 @@ _SGDET_JOB = """
 import json, resource, sys, time
 import torch  # a scoring job pays this once; not what is measured
 from eval_jobs.convert import main, parse_args
+ru = resource.getrusage(resource.RUSAGE_SELF)
+cpu0 = ru.ru_utime + ru.ru_stime
 t0 = time.perf_counter()
 res = main(parse_args(sys.argv[1:]))
-print(json.dumps({"s": time.perf_counter() - t0, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"s": time.perf_counter() - t0, "rss_mb": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime - cpu0,
                   "images": res["images"], "gc": res["scores"]["graph_constrained"]}))
 """
 
 
 def measure_sgdet_full(quick: bool) -> dict[str, float]:
-    """Full-size SGB sgdet outputs through the convert-and-score job, in a fresh process."""
+    """Full-size SGB sgdet outputs through the convert-and-score job, in a fresh process, and SGB's
+    own per-image evaluation (benchmarks._sgb_reference) on a subset of the same shards, after
+    checking that both give the same per-image recalls and mR@K."""
     import json
     import subprocess
     import sys
     import tempfile
 
-    from benchmarks._sgb_outputs import N_COLS, N_PAIRS, write_sgb_outputs
+    import pyarrow.parquet as pq
+
+    from benchmarks._sgb_outputs import N_COLS, N_PAIRS, N_PRED, write_sgb_outputs
 
     n = 40 if quick else 2_000
+    n_own = 40 if quick else 200
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_sgb_outputs(tmp, n)
         args = ["--from", "sgb", "--input", paths["shards"], "--dicts", paths["dicts"], "--benchmark-reader", "parquet",
                 "--benchmark-path", paths["corpus"], "--out", f"{tmp}/sgdet.parquet", "--score"]
         out = subprocess.run([sys.executable, "-c", _SGDET_JOB, *args], check=True, capture_output=True, text=True)
         job = json.loads(out.stdout.strip().splitlines()[-1])
+        own_s, own_load_s, own = _sgb_own(paths, n_own)
+        _assert_same_as_sgb_own(pq.read_table(f"{tmp}/sgdet.per_image.parquet").to_pylist(), own, N_PRED)
+        mem_s = _scorer_in_memory(paths, n_own, own)
     if job["images"] != n:
         raise AssertionError(f"the job converted {job['images']} images, not {n}")
-    rate = n / job["s"]
+    rate, own_rate = n / job["s"], n_own / own_s
     return {"sgdet_full_images_per_s": round(rate, 2), "sgdet_full_peak_rss_mb": round(job["rss_mb"], 1),
+            "sgdet_full_cpu_s_per_image": round(job["cpu_s"] / n, 4),
             "sgdet_full_images": float(n), "sgdet_full_scores": float(n * N_PAIRS * N_COLS),
             "sgdet_full_26446_images_min": round(26_446 / rate / 60, 1),
-            "sgdet_full_R@50_gc": round(job["gc"]["R@50"], 4)}
+            "sgdet_full_R@50_gc": round(job["gc"]["R@50"], 4),
+            "sgb_own_images_per_s": round(own_rate, 2), "sgb_own_images": float(n_own),
+            "sgb_own_load_ms_per_image": round(own_load_s / n_own * 1e3, 1),
+            "speedup_over_sgb_own": round(rate / own_rate, 2),
+            "sgb_scorer_in_memory_images_per_s": round(n_own / mem_s, 1),
+            "scorer_speedup_over_sgb_own": round(own_s / mem_s, 1)}
+
+
+def _sgb_own(paths: dict[str, str], n_own: int) -> tuple[float, float, dict]:
+    """(seconds SGB's own evaluation takes on the first ``n_own`` images, seconds its torch.load
+    of their shards took, what it computed). The evaluation alone is what is compared: SGB
+    evaluates the predictions its test loop holds in memory; loading a saved file is extra."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from benchmarks._sgb_outputs import load_sgb_shard
+    from benchmarks._sgb_reference import sgb_gt_images, sgb_own_scores
+    from eval_jobs.convert_formats import sgb_files
+
+    d = json.loads(open(paths["dicts"]).read())
+    labels = {v: int(k) for k, v in d["idx_to_label"].items()}
+    preds = {v: int(k) for k, v in d["idx_to_predicate"].items()}
+    gt = sgb_gt_images(pq.read_table(paths["corpus"]).slice(0, n_own).to_pylist(), labels, preds)
+    t0 = time.perf_counter()
+    predictions: list = []
+    for f in sgb_files(paths["shards"]):
+        if len(predictions) >= n_own:
+            break
+        predictions += load_sgb_shard(f)
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    scores = sgb_own_scores(gt, predictions[:n_own], len(preds))
+    return time.perf_counter() - t0, load_s, scores
+
+
+def _scorer_in_memory(paths: dict[str, str], n_own: int, own: dict) -> float:
+    """Seconds the ``sgb`` scorer takes on the same ``n_own`` images held in memory (the arrays
+    convert's reader gives, concatenated before the clock starts): the like of SGB's own
+    evaluation, which scores the predictions its test loop holds. Both modes, all K, mR, and the
+    per-image rows; R@K and mR@K (graph-constrained) are checked against SGB's own."""
+    import pyarrow.parquet as pq
+
+    from eval_jobs.convert_formats import iter_sgb, sgb_dicts
+    from relate.metrics import load_ground_truth
+    from relate.metrics.sgb_stream import scene_graphs_of_arrays, sgb_partial_of, sgb_stream_results
+
+    predicates = sgb_dicts(paths["dicts"])[1]
+    gt = load_ground_truth(pq.read_table(paths["corpus"]).slice(0, n_own))
+    images = [im for chunk in iter_sgb(paths["shards"], paths["dicts"]) for im in chunk][:n_own]
+    cat = lambda key: np.concatenate([im[key] for im in images])  # noqa: E731
+    arrays = (np.array([len(im["labels"]) for im in images]), cat("boxes").astype(np.float32),
+              [lab for im in images for lab in im["labels"]], cat("scores"),
+              np.array([len(im["pairs"]) for im in images]), cat("pairs"), cat("pair_scores"))
+    t0 = time.perf_counter()
+    sg = scene_graphs_of_arrays(gt, np.arange(n_own), *arrays, predicates)
+    part = sgb_partial_of(gt, sg, np.arange(n_own), ks=KS, predicates=predicates)
+    res = sgb_stream_results(gt, [part], ks=KS, predicates=predicates)
+    seconds = time.perf_counter() - t0
+    for k in KS:
+        for mode, tag in (("graph_constrained", "gc"), ("unconstrained", "nogc")):
+            want = float(np.mean([row[(tag, k)] for row in own["per_image"].values()]))
+            if abs(res[mode].metrics[f"R@{k}"] - want) > 1e-12:
+                raise AssertionError(f"{mode} R@{k} in memory: {res[mode].metrics[f'R@{k}']}, SGB's own code {want}")
+        if abs(res["graph_constrained"].metrics[f"mR@{k}"] - own["mR_gc"][k]) > 1e-12:
+            raise AssertionError(f"mR@{k} in memory: {res['graph_constrained'].metrics[f'mR@{k}']}, SGB's own "
+                                 f"code {own['mR_gc'][k]}")
+    return seconds
+
+
+def _assert_same_as_sgb_own(rows: list[dict], own: dict, n_predicates: int) -> None:
+    """Per image of the subset, R@K in both modes equal SGB's; mR@K (graph-constrained) over the
+    subset, from the per-image predicate hits, equals SGB's."""
+    mine = {(r["image_id"], r["mode"], r["k"]): r for r in rows}
+    collect: dict = {}
+    for iid, row in own["per_image"].items():
+        for (mode, k), rec in row.items():
+            r = mine[(iid, "graph_constrained" if mode == "gc" else "unconstrained", k)]
+            if r["recall"] != rec:
+                raise AssertionError(f"{iid} {mode} R@{k}: the sgb scorer gives {r['recall']}, SGB's own code {rec}")
+            if mode == "gc":
+                for p in r["predicates"]:
+                    collect.setdefault((k, p["predicate"]), []).append(p["hits"] / p["n_gt"])
+    for k, want in own["mR_gc"].items():
+        per = [float(np.mean(v)) for (kk, _), v in collect.items() if kk == k]
+        got = sum(per) / n_predicates
+        if abs(got - want) > 1e-12:
+            raise AssertionError(f"mR@{k} over the subset: the sgb scorer's rows give {got}, SGB's own code {want}")
 
 
 def measure(quick: bool) -> dict[str, float]:

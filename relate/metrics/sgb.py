@@ -319,7 +319,7 @@ def sgb_rank_dense(pair_offsets: np.ndarray, pair_image: np.ndarray, subject_sco
     bound = _kth_largest_per_block(row_top[:, None], pair_offsets, cap)
     cand = np.flatnonzero(_at_least(row_top, bound[block], mask=True) | ~plain)
     c_off = np.concatenate([[0], np.cumsum(np.bincount(block[cand], minlength=pair_offsets.size - 1))])
-    overall = so[cand][:, None] * scores[cand]
+    overall = so[cand][:, None] * scores[cand] if cand.size < N else so[:, None] * scores  # float32, as SGB
     thr = _kth_largest_per_block(overall, c_off, cap)
     ci, col = np.nonzero(overall >= thr[block[cand]][:, None])
     sel = overall[ci, col]
