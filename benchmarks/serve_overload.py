@@ -34,7 +34,8 @@ Figures:
 The app is the shipped one (``serve_apps.app.build_app``) with serve_apps/configs/local.yaml's
 security limits and proxy timeout, read from the file, in the relation-only shape (``detector:
 null, judge: null``) with the cpu_small architecture. Throughput rounds run 16 then 64 clients, with
-Retry-After honoured and then without (``--quick``: one round of 3 s each, full: three of 10 s).
+Retry-After honoured and then without (``--quick``: three rounds of 2 s each, full: three of 10 s);
+the 16- and 64-client phases alternate, so a change in the machine's load during the run falls on both.
 
 ``python -m benchmarks.serve_overload [--quick] [--out FILE]``
 """
@@ -343,7 +344,7 @@ def measure(quick: bool) -> dict[str, float]:
             front, url = _nginx_front(Path(d) / "nginx", port)
             direct, bodies = f"http://127.0.0.1:{port}", _bodies()
             pids = {**_pids("overload"), "nginx": _children(front.pid)}
-            rounds, seconds = (1, 3.0) if quick else (3, 10.0)
+            rounds, seconds = (3, 2.0) if quick else (3, 10.0)
             figures = _throughput(url, bodies["light"], rounds, seconds, pids)
             phase(f"throughput through the nginx front ({figures['throughput_64_over_16']})")
             figures.update(_throughput(direct, bodies["light"], rounds, seconds, pids, suffix="_direct"))
