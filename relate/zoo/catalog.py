@@ -36,8 +36,11 @@ def create_extractor(cfg: ExtractorConfig | str) -> FeatureExtractor:
     if isinstance(cfg, str):
         cfg = ExtractorConfig(name=cfg, pretrained=False)
     entry = zoo_entry(cfg.name)
-    if cfg.checkpoint is not None and not Path(cfg.checkpoint).is_file():
-        raise MissingCheckpointError(f"{cfg.name}: checkpoint file not found: {cfg.checkpoint}")
+    if cfg.checkpoint is not None:
+        path = Path(cfg.checkpoint)
+        # Converted diffusers models are folders (config.json beside the weights).
+        if not (path.is_file() or (entry.options.get("checkpoint_is_folder") and path.is_dir())):
+            raise MissingCheckpointError(f"{cfg.name}: checkpoint file not found: {cfg.checkpoint}")
     extractor = entry.build(entry, cfg)
     extractor.batch_size = cfg.batch_size
     return extractor
