@@ -16,7 +16,8 @@ any whose prompt changed) and keeps every earlier answer. Files under ``out_dir`
 
 - ``calls.parquet``: one row per (cell, model) call (CALLS_SCHEMA);
 - ``failures.parquet``: one row per failed call (PROPOSAL_FAILURES_SCHEMA), absent when none;
-- ``proposals.parquet``: the union of the answered calls (PROPOSALS_SCHEMA);
+- ``proposals.parquet``: the union of the answered calls (PROPOSALS_SCHEMA), the table the review
+  stage loads (:func:`relate.audit.review_store.load_proposals`);
 - ``pairs/<cell>.txt``: 'a,b' lines, the pair lists :mod:`pipelines.poporo_in` reads, written only
   when every call has an answer (the proposals before review);
 - ``summary.json`` and the resolved ``config.yaml``.
@@ -74,12 +75,13 @@ PROPOSAL_FAILURES_SCHEMA = pa.schema([
     pa.field("message", pa.string(), nullable=False),
     pa.field("attempts", pa.int32(), nullable=False),
 ])
-PROPOSALS_SCHEMA = pa.schema([
+PROPOSALS_SCHEMA = pa.schema([  # the proposals table the review stage loads (relate.audit.review_store)
+    pa.field("pair_id", pa.string(), nullable=False),    # "<cell>:<class_a>,<class_b>"
     pa.field("cell", pa.string(), nullable=False),
-    pa.field("a", pa.string(), nullable=False),          # folder names, as the pair lists of pipelines.poporo_in
-    pa.field("b", pa.string(), nullable=False),
-    pa.field("a_label", pa.string(), nullable=False),    # the names the LLMs saw
-    pa.field("b_label", pa.string(), nullable=False),
+    pa.field("class_a", pa.string(), nullable=False),    # folder names, as the pair lists of pipelines.poporo_in
+    pa.field("class_b", pa.string(), nullable=False),
+    pa.field("label_a", pa.string(), nullable=False),    # the names the LLMs saw
+    pa.field("label_b", pa.string(), nullable=False),
     pa.field("models", pa.list_(pa.string()), nullable=False),
     pa.field("n_models", pa.int32(), nullable=False),
 ])
@@ -217,7 +219,7 @@ def _write(out: Path, classes: ClassList, cells: list[str], rows: list[dict]) ->
                                   schema=PROPOSAL_FAILURES_SCHEMA)
         atomic_write(fail_path, lambda p: pq.write_table(ft, p))
     union = union_pairs((r["cell"], r["model"], parse_pairs(r["answer"], classes).pairs) for r in rows if not r["kind"])
-    props = pa.Table.from_pylist([dict(u, a_label=classes.labels[u["a"]], b_label=classes.labels[u["b"]],
+    props = pa.Table.from_pylist([dict(u, label_a=classes.labels[u["class_a"]], label_b=classes.labels[u["class_b"]],
                                        n_models=len(u["models"])) for u in union], schema=PROPOSALS_SCHEMA)
     atomic_write(out / "proposals.parquet", lambda p: pq.write_table(props, p))
     pair_dir, lists = out / "pairs", None
@@ -226,7 +228,7 @@ def _write(out: Path, classes: ClassList, cells: list[str], rows: list[dict]) ->
         lists = {}
         for cell in cells:
             lines = [f"# {cell} pairs proposed by LLMs (unreviewed); models per pair in proposals.parquet"]
-            lines += [f"{u['a']},{u['b']}" for u in union if u["cell"] == cell]
+            lines += [f"{u['class_a']},{u['class_b']}" for u in union if u["cell"] == cell]
             path = pair_dir / f"{cell}.txt"
             atomic_write(path, lambda p, text="\n".join(lines) + "\n": p.write_text(text))
             lists[cell] = str(path)

@@ -201,11 +201,13 @@ def parse_pairs(text: str, classes: ClassList) -> ParsedAnswer:
 
 def union_pairs(answers: Iterable[tuple[str, str, Sequence[tuple[str, str]]]]) -> list[dict]:
     """The union over answers ``(cell, model, pairs)``: one row per cell and unordered pair, in the
-    orientation first proposed, with the models that proposed it (sorted)."""
+    orientation first proposed, with the models that proposed it (sorted): the columns of the
+    review stage's proposals table (:func:`relate.audit.review_store.load_proposals`)."""
     rows: dict[tuple[str, frozenset[str]], dict] = {}
     for cell, model, pairs in answers:
         for a, b in pairs:
-            r = rows.setdefault((cell, frozenset((a, b))), {"cell": cell, "a": a, "b": b, "models": set()})
+            r = rows.setdefault((cell, frozenset((a, b))), {"pair_id": f"{cell}:{a},{b}", "cell": cell,
+                                                            "class_a": a, "class_b": b, "models": set()})
             r["models"].add(model)
     out = [dict(r, models=sorted(r["models"])) for r in rows.values()]
-    return sorted(out, key=lambda r: (CELLS.index(r["cell"]), r["a"], r["b"]))
+    return sorted(out, key=lambda r: (CELLS.index(r["cell"]), r["class_a"], r["class_b"]))

@@ -20,6 +20,7 @@ import pytest
 
 from pipelines.poporo_in import PairListsConfig
 from pipelines.poporo_proposals import PoporoProposalsConfig, run_proposals
+from relate.audit.review_store import load_proposals
 from relate.data.poporo import read_pair_list
 from relate.data.poporo_proposals import CELLS, cell_prompt, load_class_list, parse_pairs, union_pairs
 
@@ -138,7 +139,7 @@ def _config(classes_file: Path, url: str, out: Path) -> PoporoProposalsConfig:
 
 
 def _pairs(table, cell: str) -> dict[frozenset, list[str]]:
-    return {frozenset((r["a"], r["b"])): r["models"] for r in table.to_pylist() if r["cell"] == cell}
+    return {frozenset((r["class_a"], r["class_b"])): r["models"] for r in table.to_pylist() if r["cell"] == cell}
 
 
 def test_every_call_ends_as_proposals_or_a_failure_and_a_rerun_asks_only_the_failed(classes_file, server, tmp_path):
@@ -196,6 +197,8 @@ def test_every_call_ends_as_proposals_or_a_failure_and_a_rerun_asks_only_the_fai
     for cell in CELLS:
         got = {frozenset(p) for p in read_pair_list(getattr(lists, cell))}
         assert got == set(_pairs(props2, cell)), cell
+    reviewed = load_proposals(out / "proposals.parquet")  # the review stage reads the union unchanged
+    assert len(reviewed) == props2.num_rows and reviewed[0]["models"] == props2.column("models")[0].as_py()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["pairs"] == {c: len(_pairs(props2, c)) for c in CELLS}
 
@@ -233,8 +236,8 @@ def test_answer_forms(classes_file):
     assert bad.self_pairs == 1
     assert parse_pairs("", classes).pairs == [] and parse_pairs("No.", classes).form == "none"
     u = union_pairs([("TR", "b", [("n02", "n01")]), ("TR", "a", [("n01", "n02")]), ("CR", "a", [("n06", "n08")])])
-    assert u == [{"cell": "CR", "a": "n06", "b": "n08", "models": ["a"]},
-                 {"cell": "TR", "a": "n02", "b": "n01", "models": ["a", "b"]}]
+    assert u == [{"pair_id": "CR:n06,n08", "cell": "CR", "class_a": "n06", "class_b": "n08", "models": ["a"]},
+                 {"pair_id": "TR:n02,n01", "cell": "TR", "class_a": "n02", "class_b": "n01", "models": ["a", "b"]}]
 
 
 def test_config_refuses_shared_labels(classes_file):
