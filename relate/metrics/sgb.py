@@ -63,15 +63,22 @@ def _links(gt: GroundTruth, box_offsets: np.ndarray, boxes: np.ndarray, labels: 
 
     All box pairs of an image are compared; images go in blocks of about ``chunk`` pairs, so an
     sgdet output (80 detections x dozens of GT boxes x 26k images) never holds them all at once.
+    Only images with boxes on both sides are visited, and only their GT labels encoded: a batch
+    of a streamed split costs its own images, not the split's (26k images, 370k GT boxes).
     """
-    table: dict = {}
-    gl, pl = _codes(gt.categories, table), _codes(labels, table)
     ng, npb = gt.n_boxes, np.diff(box_offsets)
-    cum = np.concatenate([[0], np.cumsum(ng * npb)])
+    images = np.flatnonzero(ng * npb > 0)
+    n_gt = ng[images]
+    gt_rows = np.repeat(gt.box_offsets[images] - np.cumsum(n_gt) + n_gt, n_gt) + np.arange(int(n_gt.sum()))
+    table: dict = {}
+    gl = np.full(gt.categories.size, -1, np.int64)
+    gl[gt_rows] = _codes(gt.categories[gt_rows], table)
+    pl = _codes(labels, table)
+    cum = np.concatenate([[0], np.cumsum((ng * npb)[images])])
     out, lo = [], 0
-    while lo < gt.n_images:
+    while lo < images.size:
         hi = max(lo + 1, int(np.searchsorted(cum, cum[lo] + chunk, side="right")) - 1)
-        out.append(_links_block(gt, box_offsets, boxes, gl, pl, np.arange(lo, min(hi, gt.n_images)), iou_threshold))
+        out.append(_links_block(gt, box_offsets, boxes, gl, pl, images[lo:min(hi, images.size)], iou_threshold))
         lo = hi
     if not out:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -208,9 +215,11 @@ def credit_index(gt: GroundTruth, gli: np.ndarray, P: int, boxes: tuple[np.ndarr
     B = int(max(gt.max_boxes, int(np.diff(off).max(initial=0)), 1))
     lkey = limg * B + lp
     lorder = np.argsort(lkey, kind="stable")
-    gkey = ((gt.rel_image * B + gt.rel_subject) * B + gt.rel_object) * max(P, 1) + gli
+    # only the GT rows of images with scored boxes can be credited: a streamed batch sorts its own
+    rows = np.flatnonzero((np.diff(off) > 0)[gt.rel_image])
+    gkey = ((gt.rel_image[rows] * B + gt.rel_subject[rows]) * B + gt.rel_object[rows]) * max(P, 1) + gli[rows]
     gorder = np.argsort(gkey, kind="stable")
-    return CreditIndex(B, max(P, 1), lkey[lorder], lg[lorder], gkey[gorder], gorder)
+    return CreditIndex(B, max(P, 1), lkey[lorder], lg[lorder], gkey[gorder], rows[gorder])
 
 
 def credit(ix: CreditIndex, n_rows: int, img: np.ndarray, sub: np.ndarray, obj: np.ndarray, lab: np.ndarray,
