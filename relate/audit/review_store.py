@@ -35,7 +35,7 @@ import pyarrow as pa
 from relate.audit.store import AuditStoreError, UnknownItemError, check_auditor
 from relate.probe.metrics import DISTRACTOR_TYPES, RELATION_TYPES
 
-__all__ = ["CELLS", "DECISIONS", "REJECT_REASONS", "PROPOSAL_COLUMNS", "ReviewStore", "load_proposals",
+__all__ = ["CELLS", "CELL_QUESTIONS", "DECISIONS", "REJECT_REASONS", "PROPOSAL_COLUMNS", "ReviewStore", "load_proposals",
            "check_answer", "open_review_store"]
 
 CELLS = (*RELATION_TYPES, *DISTRACTOR_TYPES)
@@ -46,6 +46,14 @@ REJECT_REASONS = {
     "broad_label": "A class label is too broad for its images to carry the intended relation reliably.",
     "related_distractor": "The look-alike (colour or shape) partner is in fact related in meaning to the "
                           "other class, not merely similar in appearance.",
+}
+# What a reviewer checks for each cell (seed 000, Sec. 3.3, the four prompts' targets, in our words).
+CELL_QUESTIONS = {
+    "CR": "Related by kind: the same basic category, or things that serve the same purpose?",
+    "TR": "Related by theme: used together, found in the same situation, or linked as object and place or "
+          "agent and tool, while not the same kind of thing?",
+    "CD": "Look-alike by colour: typically the same colour, and otherwise unrelated?",
+    "SD": "Look-alike by shape: a similar outline or form, and otherwise unrelated?",
 }
 PROPOSAL_COLUMNS = ("pair_id", "cell", "class_a", "class_b", "models")
 _BAD_CHARS = (",", "#", "\t", "\n", "\r")
