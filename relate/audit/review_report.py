@@ -14,6 +14,7 @@ rejected. Seed 000 reports no inter-annotator agreement for PoporoIN (Sec. 6): t
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from itertools import combinations
@@ -140,8 +141,6 @@ def write_accepted_pairs(report: Mapping[str, Any], out_dir: str | Path, allow_o
         raise ValueError(f"{report['status']['disagreement']} disagreement(s) and {report['status']['pending']} "
                          "pending pair(s) are not settled: resolve them first (or pass allow_open to write "
                          "the settled pairs only)")
-    import json
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}

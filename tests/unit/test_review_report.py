@@ -12,7 +12,8 @@ from sklearn.metrics import cohen_kappa_score
 
 from pipelines.poporo_in import PairListsConfig
 from relate.audit.review_report import (build_review_report, review_report_from_store, write_accepted_pairs)
-from relate.audit.review_store import REJECT_REASONS, AuditStoreError, load_proposals, open_review_store
+from relate.audit.review_store import REJECT_REASONS, load_proposals, open_review_store
+from relate.audit.store import AuditStoreError
 from relate.data.poporo import plan_class_triplets, read_pair_list
 
 CONV, BROAD, RELATED = REJECT_REASONS  # the three reasons, in the paper's order
