@@ -6,6 +6,7 @@ reports a timestep sweep (46.0-50.5% on POPORO). Here the ADM UNet is a ``diffus
 ``UNet2DModel`` loaded from a converted release checkpoint (a folder holding ``config.json`` and
 ``diffusion_pytorch_model.safetensors``), the noise comes from ``DDPMScheduler.add_noise`` with
 ADM's linear 1000-step schedule, and the block is read with a forward hook.
+``relate.zoo.adm_checkpoint`` writes that folder from the release's ``.pt`` file.
 
 Block indices follow guided-diffusion's own numbering (``input_blocks``, ``middle_block``,
 ``output_blocks`` concatenated), mapped onto diffusers' modules by ``adm_blocks``: ``conv_in``;
@@ -46,6 +47,8 @@ ADM_256_UNCOND: dict[str, Any] = {
     "down_block_types": ("ResnetDownsampleBlock2D",) * 3 + ("AttnDownBlock2D",) * 3,
     "up_block_types": ("AttnUpBlock2D",) * 3 + ("ResnetUpsampleBlock2D",) * 3,
     "resnet_time_scale_shift": "scale_shift", "downsample_type": "resnet", "upsample_type": "resnet",
+    # diffusers drops the mid attention's GroupNorm under scale_shift unless this is set; ADM has it.
+    "attn_norm_num_groups": 32,
 }
 # ADM's `noise_schedule linear` with `diffusion_steps 1000` (betas 1e-4 .. 0.02).
 ADM_LINEAR_SCHEDULE: dict[str, Any] = {

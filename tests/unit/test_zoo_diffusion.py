@@ -150,3 +150,46 @@ def test_the_probe_job_reads_the_entry_and_its_block_sweep(tmp_path):
     out = probe_model(spec, read_triplet_manifest(manifest), str(tmp_path / "cache"), batch_size=4)
     assert out["dim"] == 64 and out["entry"]["library"] == "diffusers"
     assert sorted(out["correct"]) == ["block4", "block8", "final"] and len(out["correct"]["final"]) == 4
+
+
+def test_the_converter_matches_guided_diffusions_own_unet(tmp_path):
+    # Outside reference: openai/guided-diffusion's UNetModel (not on PyPI; put its source on
+    # PYTHONPATH to run this). Every parameter random, ADM-256's flags, 3 levels and 4 heads.
+    script_util = pytest.importorskip("guided_diffusion.script_util")
+    from relate.zoo.adm_checkpoint import convert_adm_checkpoint
+
+    torch.manual_seed(0)
+    gd = script_util.create_model(
+        image_size=32, num_channels=32, num_res_blocks=2, channel_mult="1,2,2", attention_resolutions="16,8",
+        num_head_channels=16, learn_sigma=True, use_scale_shift_norm=True, resblock_updown=True).eval()
+    with torch.no_grad():
+        for p in gd.parameters():  # zero_module's zeros would hide a misplaced conv
+            p.normal_(0, 0.05)
+    torch.save(gd.state_dict(), tmp_path / "adm.pt")
+    cfg = {**ADM_256_UNCOND, "sample_size": 32, "block_out_channels": (32, 64, 64), "attention_head_dim": 16,
+           "down_block_types": ("ResnetDownsampleBlock2D", "AttnDownBlock2D", "AttnDownBlock2D"),
+           "up_block_types": ("AttnUpBlock2D", "AttnUpBlock2D", "ResnetUpsampleBlock2D")}
+    from diffusers import UNet2DModel
+
+    unet = UNet2DModel.from_pretrained(str(convert_adm_checkpoint(tmp_path / "adm.pt", tmp_path / "unet", cfg)))
+    ours = [m for _, m in adm_blocks(unet)]
+    theirs = list(gd.input_blocks) + [gd.middle_block] + list(gd.output_blocks)
+    assert len(ours) == len(theirs) == 19
+    got: dict[tuple[str, int], torch.Tensor] = {}
+    for side, mods in (("ours", ours), ("theirs", theirs)):
+        for k, m in enumerate(mods):
+            m.register_forward_hook(lambda _m, _i, o, key=(side, k): got.__setitem__(key, o))
+    x, t = torch.randn(2, 3, 32, 32), torch.tensor([90, 500])
+    with torch.no_grad():
+        torch.testing.assert_close(unet(x, t).sample, gd(x, t), atol=1e-5, rtol=1e-4)
+    for k in range(19):  # block k here is block k there
+        torch.testing.assert_close(got[("ours", k)], got[("theirs", k)], atol=1e-5, rtol=1e-4)
+
+
+def test_the_converter_refuses_another_architecture(ex):
+    from relate.zoo.adm_checkpoint import convert_adm_state_dict
+
+    sd = {"input_blocks.0.0.weight": torch.zeros(32, 3, 3, 3), "input_blocks.0.0.bias": torch.zeros(32),
+          "label_emb.weight": torch.zeros(10, 128)}
+    with pytest.raises(ValueError, match=r"unused \['label_emb.weight'\] \(1\), unfilled \['conv_norm_out"):
+        convert_adm_state_dict(sd, ex.unet)
