@@ -102,15 +102,31 @@ class TimmExtractor(FeatureExtractor):
         return self.forward_tensor(self.to_tensor(batch)).float().cpu().numpy()
 
     @torch.inference_mode()
-    def encode_layers(self, inputs: Sequence[Any], layers: Sequence[int]) -> dict[str, np.ndarray]:
-        """Spatially mean-pooled block outputs (timm ``forward_intermediates``), keyed by index."""
+    def encode_layers(self, inputs: Sequence[Any], layers: Sequence[int], pool: str = "avg") -> dict[str, np.ndarray]:
+        """Pooled block outputs (timm ``forward_intermediates``), keyed 'block{i}'.
+
+        ``pool="avg"``: the spatial mean of the block's feature map (a ViT's patch tokens, its
+        class token left out). ``pool="head"``: the block output pooled the way the final readout
+        pools the last one, ``forward_head(..., pre_logits=True)`` (for a ViT, the class token after
+        the final norm; for a ResNet, the global average), so the last block equals ``encode``.
+        """
+        if pool not in ("avg", "head"):
+            raise ValueError(f"{self.entry.name}: unknown layer pool {pool!r}; valid: ['avg', 'head']")
         take = resolve_layer_indices(layers, len(self.model.feature_info), self.entry.name)
+        tokens = pool == "head" and hasattr(self.model, "num_prefix_tokens")  # ViT-like: pool from the tokens
+        kwargs = {"output_fmt": "NLC", "return_prefix_tokens": True} if tokens else {}
         out: dict[str, list[np.ndarray]] = {f"block{r}": [] for r in take}
         for i in range(0, len(inputs), self.batch_size):
             x = self.to_tensor(list(inputs[i:i + self.batch_size]))
-            feats = self.model.forward_intermediates(x, indices=take, intermediates_only=True)
+            feats = self.model.forward_intermediates(x, indices=take, intermediates_only=True, **kwargs)
             for r, f in zip(take, feats):
-                out[f"block{r}"].append(f.float().mean(dim=(2, 3)).cpu().numpy())
+                if tokens:
+                    f = self.model.forward_head(self.model.norm(torch.cat([f[1], f[0]], dim=1)), pre_logits=True)
+                elif pool == "head":
+                    f = self.model.forward_head(f, pre_logits=True)
+                else:
+                    f = f.mean(dim=(2, 3))
+                out[f"block{r}"].append(f.float().cpu().numpy())
         return {k: np.concatenate(v, axis=0) for k, v in out.items()}
 
     def num_params(self) -> int:
