@@ -62,3 +62,16 @@ def test_resnet_stage_features_equal_timm_features_only():
     np.testing.assert_allclose(ours[f"block{n - 1}"], ex.encode(ims), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="pool"):
         ex.encode_layers(ims, [0], pool="max")
+
+
+def test_open_clip_resblock_features_equal_torchvision_feature_extractor():
+    from torchvision.models.feature_extraction import create_feature_extractor
+
+    ex = create_extractor("test_clip_vit")  # open_clip's own ViT tower, shrunk, random weights
+    ims = _images()
+    ours = ex.encode_layers(ims, [0, -1])
+    nodes = {f"transformer.resblocks.{k}": f"b{k}" for k in (0, 1)}
+    with torch.inference_mode():
+        out = create_feature_extractor(ex.model, return_nodes=nodes).eval()(ex.to_tensor(ims))
+    for k in (0, 1):  # [N, 1 + HW, D]: the class token first, then the patch tokens the sweep averages
+        np.testing.assert_allclose(ours[f"block{k}"], out[f"b{k}"][:, 1:].mean(1).numpy(), rtol=1e-5, atol=1e-6)
