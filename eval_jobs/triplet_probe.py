@@ -53,6 +53,9 @@ class ProbeModelConfig(StrictConfig):
     seed: int = Field(default=0, description="torch seed for random-weight builds")
     imagenet_top1: float | None = Field(default=None, ge=0, le=100, description="ImageNet top-1 in percent, for the Fig. 4 scatter")
     layers: list[int] = Field(default_factory=list, description="block indices for a layer sweep (negative counts from the end); empty: none")
+    timesteps: list[int] = Field(default_factory=list, description="diffusion entries: a timestep sweep (seed 000 reports "
+                                 "46.0-50.5% on POPORO across it), one feature per t at the entry's block, read as "
+                                 "layers named 't{t}'; empty: none (the final feature is the entry's own t, 90)")
     layer_pool: Literal["avg", "head"] = Field(
         default="avg", description="how a swept block is pooled: 'avg' = spatial mean of its feature map (a ViT's "
                                    "patch tokens); 'head' = as the final readout pools (forward_head pre-logits: a "
@@ -193,6 +196,11 @@ def probe_model(spec: ProbeModelConfig, triplets: TripletSet, cache_dir: str, ba
     keys = [content_hash(Path(u).read_bytes() if ex.input_kind == "image" else u) for u in uniq]
     suffix = "" if spec.layer_pool == "avg" else f"_{spec.layer_pool}"  # its own cache column per pooling
     layer_names = [FINAL] + [f"block{i}{suffix}" for i in _resolved_layers(spec, ex)]
+    if spec.timesteps:
+        if not hasattr(ex, "encode_timesteps"):
+            raise ValueError(f"{spec.display}: timesteps is a diffusion option; the {ex.entry.library} extractor of "
+                             f"{spec.name!r} has no noise step")
+        layer_names += [f"t{t}" for t in dict.fromkeys(spec.timesteps)]
     column = "path" if ex.input_kind == "image" else "label"
 
     def compute(idx: list[int]) -> dict[str, np.ndarray]:
@@ -203,6 +211,8 @@ def probe_model(spec: ProbeModelConfig, triplets: TripletSet, cache_dir: str, ba
             kw = {} if spec.layer_pool == "avg" else {"pool": spec.layer_pool}
             layers = ex.encode_layers([load_image(p) for p in items], spec.layers, **kw)
             out |= {k + suffix: v for k, v in layers.items()}
+        if spec.timesteps:
+            out |= ex.encode_timesteps([load_image(p) for p in items], list(dict.fromkeys(spec.timesteps)))
         return out
 
     fp = model_fingerprint(spec.name, pretrained=spec.pretrained, checkpoint=spec.checkpoint, seed=spec.seed)

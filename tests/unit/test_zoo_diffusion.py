@@ -152,6 +152,23 @@ def test_the_probe_job_reads_the_entry_and_its_block_sweep(tmp_path):
     assert sorted(out["correct"]) == ["block4", "block8", "final"] and len(out["correct"]["final"]) == 4
 
 
+def test_the_probe_job_sweeps_timesteps_of_a_diffusion_entry_and_refuses_them_elsewhere(tmp_path):
+    from eval_jobs.triplet_probe import ProbeModelConfig, probe_model
+    from relate.data.poporo import read_triplet_manifest
+    from relate.data.synthetic_triplets import SyntheticTripletsConfig, write_synthetic_triplets
+
+    manifest = read_triplet_manifest(write_synthetic_triplets(tmp_path / "syn", SyntheticTripletsConfig(
+        n_triplets=4, image_size=32)))
+    spec = ProbeModelConfig(name="test_adm_unet", pretrained=False, seed=3, timesteps=[10, 500])
+    out = probe_model(spec, manifest, str(tmp_path / "cache"), batch_size=4)
+    assert sorted(out["correct"]) == ["final", "t10", "t500"] and len(out["correct"]["t500"]) == 4
+    again = probe_model(spec, manifest, str(tmp_path / "cache"), batch_size=4)  # every t read from the cache
+    assert again["n_extracted"] == 0 and again["correct"] == out["correct"]
+    with pytest.raises(ValueError, match="timesteps is a diffusion option"):
+        probe_model(ProbeModelConfig(name="test_vit", pretrained=False, timesteps=[10]), manifest,
+                    str(tmp_path / "cache2"), batch_size=4)
+
+
 def test_the_converter_matches_guided_diffusions_own_unet(tmp_path):
     # Outside reference: openai/guided-diffusion's UNetModel (not on PyPI; put its source on
     # PYTHONPATH to run this). Every parameter random, ADM-256's flags, 3 levels and 4 heads.
