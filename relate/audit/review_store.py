@@ -24,15 +24,13 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 
-from relate.audit.store import AuditStoreError, UnknownItemError, check_auditor
+from relate.audit.store import AuditStoreError, SqliteStore, UnknownItemError, check_auditor
 from relate.probe.metrics import DISTRACTOR_TYPES, RELATION_TYPES
 
 __all__ = ["CELLS", "CELL_QUESTIONS", "DECISIONS", "REJECT_REASONS", "PROPOSAL_COLUMNS", "ReviewStore", "load_proposals",
@@ -148,36 +146,10 @@ def _fingerprint(pairs: list[dict[str, Any]]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class ReviewStore:
+class ReviewStore(SqliteStore):
     """One proposals table and its answers in one SQLite file; safe to share across threads."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        self._conn.row_factory = sqlite3.Row
-        mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise AuditStoreError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        self._conn.executescript(_SCHEMA)
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-
-    def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._conn.execute(sql, args).fetchall()
+    SCHEMA = _SCHEMA
 
     # -- proposals ----------------------------------------------------------------------------
     def register_pairs(self, pairs: list[dict[str, Any]]) -> None:
@@ -273,9 +245,6 @@ class ReviewStore:
         return {r["pair_id"]: {"resolver": r["resolver"], "decision": r["decision"], "reason": r["reason"]}
                 for r in rows}
 
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
 
 def open_review_store(path: str | Path, pairs: list[dict[str, Any]] | None = None) -> ReviewStore:

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from relate.audit.sampler import AuditBatch
 
-__all__ = ["VERDICTS", "VerdictStore", "AuditStoreError", "UnknownItemError", "open_verdict_store", "check_auditor"]
+__all__ = ["VERDICTS", "SqliteStore", "VerdictStore", "AuditStoreError", "UnknownItemError", "open_verdict_store", "check_auditor"]
 
 VERDICTS = ("true", "false", "unsure")
 _ITEM_COLS = ("item_id", "position", "image_id", "rel_index", "subject", "object", "predicate",
@@ -62,8 +62,12 @@ def check_auditor(name: str) -> str:
     return name.strip()
 
 
-class VerdictStore:
-    """One batch and its verdicts in one SQLite file; safe to share across threads and processes."""
+class SqliteStore:
+    """One SQLite file in WAL mode with synchronous commits, safe to share across threads and
+    processes: one committed transaction per write, so nothing written is lost in a crash. The
+    verdict store and the review store (relate.audit.review_store) are both built on it."""
+
+    SCHEMA = ""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -77,7 +81,7 @@ class VerdictStore:
             raise AuditStoreError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
-        self._conn.executescript(_SCHEMA)
+        self._conn.executescript(self.SCHEMA)
 
     # -- transactions -------------------------------------------------------------------------
     @contextmanager
@@ -94,6 +98,16 @@ class VerdictStore:
     def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._conn.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class VerdictStore(SqliteStore):
+    """One batch and its verdicts in one SQLite file; safe to share across threads and processes."""
+
+    SCHEMA = _SCHEMA
 
     # -- batch --------------------------------------------------------------------------------
     def register_batch(self, batch: AuditBatch) -> None:
@@ -186,9 +200,6 @@ class VerdictStore:
         counts = {v: sum(1 for *_, x in live if x == v) for v in VERDICTS}
         return {"auditor": check_auditor(auditor), "judged": len(live), "total": self.num_items(), "counts": counts}
 
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
 
 def open_verdict_store(path: str | Path, batch: AuditBatch | None = None) -> VerdictStore:
