@@ -184,8 +184,8 @@ def _workers_rss_mb(master: int) -> float:
 
 
 def test_a_64_mb_header_is_refused_early_and_others_are_answered(front):
-    """The refusal (431, the API's JSON) arrives once a header line passes 16 KB, long before the
-    64 MB are sent; the rest is read and discarded (nginx's lingering close), not kept."""
+    """The refusal (431, the API's JSON) arrives once a header line passes 16 KB: by the time 128 KB
+    of the 64 MB are sent; the rest is read and discarded (nginx's lingering close), not kept."""
     master = front["nginx"].pid
     before = _workers_rss_mb(master)
     s = socket.create_connection(("127.0.0.1", front["port"]), timeout=10)
@@ -197,7 +197,10 @@ def test_a_64_mb_header_is_refused_early_and_others_are_answered(front):
         while sent < 64 << 20:
             s.sendall(chunk)
             sent += len(chunk)
-            if answered_at is None and select.select([s], [], [], 0)[0]:
+            # once 128 KB (eight times the 16 KB header limit) are out, give the refusal up to 5 s to
+            # arrive, so a loaded machine's scheduling delay is not read as nginx reading on
+            wait = 5.0 if sent == 2 * len(chunk) else 0
+            if answered_at is None and select.select([s], [], [], wait)[0]:
                 answered_at = sent
                 reply = s.recv(65536)
         s.sendall(b"\r\n\r\n")
@@ -212,7 +215,7 @@ def test_a_64_mb_header_is_refused_early_and_others_are_answered(front):
     grew = _workers_rss_mb(master) - before
     print(f"\n64 MB header: answered after {answered_at} bytes sent, {sent >> 20} MB sent in all "
           f"(the rest discarded); nginx workers' RSS grew {grew:.1f} MB; reply {reply[:40]!r}")
-    assert answered_at is not None and answered_at <= 1 << 20, (answered_at, sent)
+    assert answered_at is not None and answered_at <= 128 << 10, (answered_at, sent)
     assert reply.startswith(b"HTTP/1.1 431") and b'"error": "header_too_large"' in reply, reply[:300]
     assert grew < 16, grew
     assert front["nginx"].poll() is None
