@@ -24,10 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
-from fastapi.staticfiles import StaticFiles
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,8 +34,8 @@ from relate.audit.sampler import load_audit_batch, verify_batch
 from relate.audit.store import VERDICTS, AuditStoreError, UnknownItemError, VerdictStore, open_verdict_store
 from relate.config import StrictConfig
 from relate.data.corpus import corpus_dir, read_corpus
-from serve_apps.audit_guard import (AUDITOR_SCOPE_KEY, TOKENS_FILE_ENV, AuditorAuthMiddleware, AuditorTokens,
-                                    SecurityHeadersMiddleware, SmallBodyMiddleware, load_auditor_tokens)
+from serve_apps.audit_guard import (TOKENS_FILE_ENV, AuditorTokens, acting_person, load_auditor_tokens,
+                                    serve_page)
 from serve_apps.auth import AuthConfigError, allowed_host_names, require_token_for_bind
 
 __all__ = ["AuditAppConfig", "make_audit_app", "main", "SUBJECT_COLOUR", "OBJECT_COLOUR"]
@@ -171,30 +169,9 @@ def make_audit_app(cfg: AuditAppConfig) -> FastAPI:
         return _render(im["path"], im["boxes"], item["subject"], item["object"], cfg.display_side)
 
     _add_routes(app, store, images, png, lambda: report_from_store(store, corpus_strata, cfg.confidence))
-    app.mount("/static/audit", StaticFiles(directory=STATIC_DIR), name="audit-static")
-    # add_middleware wraps: the last added runs first. Headers go on every answer, refusals included.
-    app.add_middleware(AuditorAuthMiddleware, tokens=tokens)
-    app.add_middleware(SmallBodyMiddleware, max_bytes=cfg.max_body_bytes)
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_host_names(cfg.host, cfg.allowed_hosts),
-                       www_redirect=False)
-    app.add_middleware(SecurityHeadersMiddleware)
+    serve_page(app, "audit", STATIC_DIR, tokens=tokens, host=cfg.host, allowed_hosts=cfg.allowed_hosts,
+               max_body_bytes=cfg.max_body_bytes)
     return app
-
-
-def _acting_auditor(request: Request, claimed: str | None) -> str:
-    """Who is acting: the token's auditor when tokens are configured (a different claimed name is
-    403), else the name the page sent (loopback only)."""
-    if request.app.state.tokens is None:
-        if claimed is None:
-            raise HTTPException(422, "auditor is required (no tokens configured: the page names its auditor)")
-        return claimed
-    own = request.scope.get(AUDITOR_SCOPE_KEY)
-    if own is None:  # the middleware lets only the page shell through without a token
-        raise HTTPException(401, "missing or unknown auditor token")
-    if claimed is not None and claimed.strip() != own:
-        raise HTTPException(403, f"this token belongs to auditor {own!r}; it cannot act as {claimed!r} "
-                            "(leave 'auditor' out or send your own name)")
-    return own
 
 
 def _add_routes(app: FastAPI, store: VerdictStore, images: dict[str, dict[str, Any]],
@@ -221,27 +198,27 @@ def _add_routes(app: FastAPI, store: VerdictStore, images: dict[str, dict[str, A
     def whoami(request: Request) -> dict[str, Any]:
         """How the page signs in: by token (and as whom) or, without tokens, by typing a name."""
         tokens = request.app.state.tokens is not None
-        return {"tokens": tokens, "auditor": _acting_auditor(request, None) if tokens else None}
+        return {"tokens": tokens, "auditor": acting_person(request, None) if tokens else None}
 
     @app.get("/api/next")
     def next_item(request: Request, auditor: str | None = Query(None, description="Auditor name (the "
                   "token's, when tokens are configured).")) -> dict[str, Any]:
-        return state(_acting_auditor(request, auditor))
+        return state(acting_person(request, auditor))
 
     @app.get("/api/progress")
     def progress(request: Request, auditor: str | None = Query(None, description="Auditor name (the "
                  "token's, when tokens are configured).")) -> dict[str, Any]:
-        return store.progress(_acting_auditor(request, auditor))
+        return store.progress(acting_person(request, auditor))
 
     @app.post("/api/verdict")
     def verdict(request: Request, body: _Verdict) -> dict[str, Any]:
-        auditor = _acting_auditor(request, body.auditor)
+        auditor = acting_person(request, body.auditor)
         store.record(auditor, body.item_id, body.verdict)
         return state(auditor)
 
     @app.post("/api/undo")
     def undo(request: Request, body: _Undo) -> dict[str, Any]:
-        auditor = _acting_auditor(request, body.auditor)
+        auditor = acting_person(request, body.auditor)
         item_id = store.undo(auditor)
         # Show the withdrawn item again (not merely the first open one) so undo feels like undo.
         out = state(auditor)

@@ -1,4 +1,5 @@
-"""What stands between the network and the audit page: auditor tokens, small bodies, strict headers.
+"""What stands between the network and the human-review pages (the audit page, the pair review page):
+personal tokens, small bodies, strict headers, and who is acting.
 
 The audit page decides what a relation corpus is worth, so a verdict must come from the person it
 is filed under. Each auditor has their own bearer token (a tokens file maps name to token); the
@@ -17,14 +18,19 @@ import json
 from pathlib import Path
 from typing import Iterable
 
+from fastapi import HTTPException
 from starlette.datastructures import Headers
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse
 
 from relate.audit.store import AuditStoreError, check_auditor
-from serve_apps.auth import AuthConfigError, read_token, token_matches
+from serve_apps.auth import AuthConfigError, allowed_host_names, read_token, token_matches
 
 __all__ = ["TOKENS_FILE_ENV", "AUDITOR_SCOPE_KEY", "CSP", "AuditorTokens", "load_auditor_tokens",
-           "AuditorAuthMiddleware", "SmallBodyMiddleware", "SecurityHeadersMiddleware"]
+           "AuditorAuthMiddleware", "SmallBodyMiddleware", "SecurityHeadersMiddleware", "COMMON_STATIC_DIR",
+           "serve_page", "acting_person"]
+
+COMMON_STATIC_DIR = Path(__file__).parent / "static" / "common"  # page.js: what every review page's script shares
 
 TOKENS_FILE_ENV = "RELATE_AUDIT_TOKENS_FILE"
 AUDITOR_SCOPE_KEY = "relate.auditor"  # where the middleware leaves the token's auditor for the routes
@@ -194,3 +200,36 @@ class SecurityHeadersMiddleware:
             await send(msg)
 
         return await self.app(scope, receive, with_headers)
+
+
+def serve_page(app, name: str, static_dir: Path, *, tokens: AuditorTokens | None, host: str,
+               allowed_hosts: Iterable[str], max_body_bytes: int) -> None:
+    """Mount a review page's static files (``/static/<name>``, and ``/static/common``, which its script
+    shares with the other pages) and put the app behind the guards every such page has. ``add_middleware``
+    wraps, so the last added runs first: headers go on every answer, refusals included; then the Host
+    check (DNS rebinding), the body limit, and the token check, which lets only the page shell through."""
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount(f"/static/{name}", StaticFiles(directory=static_dir), name=f"{name}-static")
+    app.mount("/static/common", StaticFiles(directory=COMMON_STATIC_DIR), name=f"{name}-common-static")
+    app.add_middleware(AuditorAuthMiddleware, tokens=tokens, open_prefixes=(f"/static/{name}/", "/static/common/"))
+    app.add_middleware(SmallBodyMiddleware, max_bytes=max_body_bytes)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_host_names(host, list(allowed_hosts)),
+                       www_redirect=False)
+    app.add_middleware(SecurityHeadersMiddleware)
+
+
+def acting_person(request, claimed: str | None, role: str = "auditor") -> str:
+    """Who is acting: the token's person when tokens are configured (a different claimed name is 403),
+    else the name the page sent (loopback only). ``role`` names them in the errors."""
+    if request.app.state.tokens is None:
+        if claimed is None:
+            raise HTTPException(422, f"{role} is required (no tokens configured: the page names its {role})")
+        return claimed
+    own = request.scope.get(AUDITOR_SCOPE_KEY)
+    if own is None:  # the middleware lets only the page shell through without a token
+        raise HTTPException(401, f"missing or unknown {role} token")
+    if claimed is not None and claimed.strip() != own:
+        raise HTTPException(403, f"this token belongs to {role} {own!r}; it cannot act as {claimed!r} "
+                            f"(leave '{role}' out or send your own name)")
+    return own

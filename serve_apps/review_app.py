@@ -24,21 +24,15 @@ from typing import Any, Sequence
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
-from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from relate.audit.review_report import review_report_from_store
 from relate.audit.review_store import (CELL_QUESTIONS, DECISIONS, REJECT_REASONS, ReviewStore, load_proposals,
                                        open_review_store)
 from relate.audit.store import AuditStoreError, UnknownItemError
 from relate.config import StrictConfig
-# The audit page's identity rule (token's name, or the typed name on loopback), shared so that both
-# pages decide who is acting in exactly one place.
-from serve_apps.audit_app import _acting_auditor
-from serve_apps.audit_guard import (TOKENS_FILE_ENV, AuditorAuthMiddleware, SecurityHeadersMiddleware,
-                                    SmallBodyMiddleware, load_auditor_tokens)
-from serve_apps.auth import AuthConfigError, allowed_host_names, require_token_for_bind
+from serve_apps.audit_guard import TOKENS_FILE_ENV, acting_person, load_auditor_tokens, serve_page
+from serve_apps.auth import AuthConfigError, require_token_for_bind
 
 __all__ = ["ReviewAppConfig", "make_review_app", "main"]
 
@@ -96,12 +90,8 @@ def make_review_app(cfg: ReviewAppConfig) -> FastAPI:
     app = FastAPI(title="Pair review", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.store, app.state.tokens = store, tokens
     _add_routes(app, store, cfg)
-    app.mount("/static/review", StaticFiles(directory=STATIC_DIR), name="review-static")
-    app.add_middleware(AuditorAuthMiddleware, tokens=tokens, open_prefixes=("/static/review/",))
-    app.add_middleware(SmallBodyMiddleware, max_bytes=cfg.max_body_bytes)
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_host_names(cfg.host, cfg.allowed_hosts),
-                       www_redirect=False)
-    app.add_middleware(SecurityHeadersMiddleware)
+    serve_page(app, "review", STATIC_DIR, tokens=tokens, host=cfg.host, allowed_hosts=cfg.allowed_hosts,
+               max_body_bytes=cfg.max_body_bytes)
     return app
 
 
@@ -125,27 +115,27 @@ def _add_routes(app: FastAPI, store: ReviewStore, cfg: ReviewAppConfig) -> None:
     @app.get("/api/whoami")
     def whoami(request: Request) -> dict[str, Any]:
         tokens = request.app.state.tokens is not None
-        return {"tokens": tokens, "reviewer": _acting_auditor(request, None) if tokens else None,
+        return {"tokens": tokens, "reviewer": acting_person(request, None, "reviewer") if tokens else None,
                 "reasons": REJECT_REASONS}
 
     @app.get("/api/next")
     def next_pair(request: Request, reviewer: str | None = Query(None, description="Reviewer name (the "
                   "token's, when tokens are configured).")) -> dict[str, Any]:
-        return state(_acting_auditor(request, reviewer))
+        return state(acting_person(request, reviewer, "reviewer"))
 
     @app.get("/api/progress")
     def progress(request: Request, reviewer: str | None = Query(None, description="Reviewer name.")) -> dict[str, Any]:
-        return store.progress(_acting_auditor(request, reviewer))
+        return store.progress(acting_person(request, reviewer, "reviewer"))
 
     @app.post("/api/answer")
     def answer(request: Request, body: _Answer) -> dict[str, Any]:
-        reviewer = _acting_auditor(request, body.reviewer)
+        reviewer = acting_person(request, body.reviewer, "reviewer")
         store.record(reviewer, body.pair_id, body.decision, body.reason)
         return state(reviewer)
 
     @app.post("/api/undo")
     def undo(request: Request, body: _Undo) -> dict[str, Any]:
-        reviewer = _acting_auditor(request, body.reviewer)
+        reviewer = acting_person(request, body.reviewer, "reviewer")
         pair_id = store.undo(reviewer)
         out = state(reviewer)
         if pair_id is not None:  # show the withdrawn pair again, so undo feels like undo
@@ -159,7 +149,7 @@ def _add_routes(app: FastAPI, store: ReviewStore, cfg: ReviewAppConfig) -> None:
 
     @app.post("/api/resolve")
     def resolve(request: Request, body: _Answer) -> dict[str, Any]:
-        resolver = _acting_auditor(request, body.reviewer)
+        resolver = acting_person(request, body.reviewer, "reviewer")
         if cfg.resolvers and resolver not in cfg.resolvers:
             raise HTTPException(403, f"{resolver!r} may not resolve; resolvers are {cfg.resolvers}")
         store.resolve(resolver, body.pair_id, body.decision, body.reason)

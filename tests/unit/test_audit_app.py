@@ -167,7 +167,7 @@ def test_every_api_route_needs_an_auditor_token_but_the_page_shell_does_not(guar
         assert client.request(method, path, headers=_auth("ann"), **kw).status_code == 200, (method, path)
     for path in ("/docs", "/openapi.json", "/favicon.ico"):
         assert client.get(path).status_code == 401
-    for path in ("/", "/static/audit/audit.js", "/static/audit/audit.css"):  # the shell: it asks for the token
+    for path in ("/", "/static/audit/audit.js", "/static/audit/audit.css", "/static/common/page.js"):  # the shell: it asks for the token
         assert client.get(path).status_code == 200, path
     assert client.get("/api/whoami", headers=_auth("bob")).json() == {"tokens": True, "auditor": "bob"}
 
@@ -295,5 +295,5 @@ def test_security_headers_on_every_response(guarded):
         assert "unsafe-inline" not in csp and "script-src 'self'" in csp
         assert r.headers["x-content-type-options"] == "nosniff" and r.headers["referrer-policy"] == "no-referrer"
     page = responses[0].text
-    assert "<script>" not in page and page.count("<script") == page.count('<script src="/static/audit/')
+    assert "<script>" not in page and page.count("<script") == page.count('<script src="/static/')
     assert " on" + "click=" not in page and "style=" not in page  # nothing inline for the CSP to block

@@ -11,29 +11,7 @@
                   item: null, busy: false, imageUrl: null };
   const KEYS = { t: "true", f: "false", u: "unsure" };
 
-  function setStatus(text, isError) {
-    $("status").textContent = text;
-    $("status").className = isError ? "error" : "muted";
-  }
-
-  function authHeaders() {
-    return state.token ? { Authorization: "Bearer " + state.token } : {};
-  }
-
-  async function api(method, path, body) {
-    const headers = authHeaders();
-    if (body) headers["Content-Type"] = "application/json";
-    const res = await fetch(path, { method: method, headers: headers, cache: "no-store",
-                                    body: body ? JSON.stringify(body) : undefined });
-    const data = await res.json().catch(() => ({}));
-    if (!res.ok) {
-      const said = data.detail !== undefined ? data.detail : data.message;
-      const err = new Error((typeof said === "string" ? said : JSON.stringify(said || data)) || res.statusText);
-      err.status = res.status;
-      throw err;
-    }
-    return data;
-  }
+  const { setStatus, authHeaders, api } = RelatePage.bind(() => state.token);
 
   function showProgress(p) {
     $("progress-bar").max = Math.max(1, p.total);
