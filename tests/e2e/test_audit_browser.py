@@ -17,13 +17,8 @@ import collections
 import math
 import os
 import shutil
-import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -38,7 +33,6 @@ from relate.schema import CORPUS_SCHEMA, to_table
 
 pytestmark = pytest.mark.slow
 TOKENS = {"alice": "alice-audit-token-0123456789", "bob": "bob-audit-token-9876543210"}
-REPO = Path(__file__).resolve().parents[2]
 STRATA = ("pass", "gate")
 
 
@@ -64,41 +58,6 @@ def _require_browser() -> None:
     _browser.require_browser("audit page")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Server:
-    def __init__(self, args: list[str], port: int, log: Path, tokens: bool) -> None:
-        self.args, self.port, self.log, self.proc, self.tokens = args, port, log, None, tokens
-
-    def headers(self, who: str = "alice") -> dict[str, str]:
-        return {"Authorization": f"Bearer {TOKENS[who]}"} if self.tokens else {}
-
-    def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "serve_apps.audit_app", *self.args, "--port", str(self.port)],
-                                     cwd=REPO, env=env, stdout=self.log.open("a"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"server exited: {self.log.read_text()[-2000:]}"
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/api/health", headers=self.headers(),
-                             timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise AssertionError(f"server did not come up: {self.log.read_text()[-2000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL, not a polite shutdown: durability must not depend on a clean exit."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
 def _shown(page) -> str:
     return page.locator("#relation").get_attribute("data-item-id")
 
@@ -106,7 +65,7 @@ def _shown(page) -> str:
 WAIT_MS = 30_000  # generous: the first run on a fresh CI machine shares the disk with a 6 GB install
 
 
-def _until(page, server: _Server, js: str, arg, what: str) -> None:
+def _until(page, server: _browser.PageServer, js: str, arg, what: str) -> None:
     """Wait for ``js`` to hold; on timeout fail with what the page and the server said."""
     try:
         page.wait_for_function(js, arg=arg, timeout=WAIT_MS)
@@ -117,7 +76,7 @@ def _until(page, server: _Server, js: str, arg, what: str) -> None:
                              f"server log: {server.log.read_text()[-1500:]!r}") from None
 
 
-def _wait(page, server: _Server, judged: int, item: str | None = None) -> None:
+def _wait(page, server: _browser.PageServer, judged: int, item: str | None = None) -> None:
     """Progress reads ``judged``, the item shown is ``item`` (if given) and its picture has loaded:
     an auditor looks before judging, and the test acts only on a settled page."""
     _until(page, server, "n => document.getElementById('progress-text').textContent.startsWith(n + ' /')",
@@ -171,14 +130,14 @@ def _hand_report(verdicts: dict[str, dict[str, str]], stratum: dict[str, str], c
             "wilson": {h: _wilson(k, n, z) for h, (k, n) in cells.items()}}
 
 
-def _sign_in(page, server: _Server, who: str) -> None:
+def _sign_in(page, server: _browser.PageServer, who: str) -> None:
     """Type the token (tokens file) or the name (no tokens) and press Enter."""
     field = "#token" if server.tokens else "#auditor"
     page.fill(field, TOKENS[who] if server.tokens else who)
     page.press(field, "Enter")
 
 
-def _drive(page, server: _Server, rec: dict[str, dict[str, str]]) -> None:
+def _drive(page, server: _browser.PageServer, rec: dict[str, dict[str, str]]) -> None:
     """Alice audits with mouse and keys, undoes three times, survives a server kill; then Bob."""
     page.goto(f"http://127.0.0.1:{server.port}/")
     if server.tokens:                             # a wrong token is refused, and said so
@@ -283,7 +242,8 @@ def test_audit_in_the_browser(tmp_path, tokens):
     if tokens:
         (tmp_path / "tokens.txt").write_text("".join(f"{who}:{tok}\n" for who, tok in TOKENS.items()))
         args += ["--tokens", str(tmp_path / "tokens.txt")]
-    server = _Server(args, _free_port(), tmp_path / "server.log", tokens)
+    server = _browser.PageServer("serve_apps.audit_app", args, _browser.free_port(), tmp_path / "server.log",
+                                 TOKENS if tokens else None)
     base = f"http://127.0.0.1:{server.port}"
     rec: dict[str, dict[str, str]] = {"alice": {}, "bob": {}}
     shot = tmp_path / "audit_page.png"

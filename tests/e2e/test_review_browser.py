@@ -10,14 +10,8 @@ warning otherwise.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -34,7 +28,6 @@ from relate.data.poporo import plan_class_triplets, read_pair_list
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TOKENS = {"alice": "alice-review-token-0123456789", "bob": "bob-review-token-9876543210",
           "carol": "carol-review-token-5555555555"}
-REPO = Path(__file__).resolve().parents[2]
 PAIRS = [("p0", "CR", "microphone", "loudspeaker"), ("p1", "CR", "rifle", "revolver"),
          ("p2", "TR", "microphone", "stage"), ("p3", "TR", "rifle", "holster"),
          ("p4", "CD", "rifle", "tomato"), ("p5", "SD", "microphone", "ice_lolly"),
@@ -48,42 +41,7 @@ def _require_browser() -> None:
     _browser.require_browser("review page")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Server:
-    def __init__(self, args: list[str], port: int, log: Path, tokens: bool) -> None:
-        self.args, self.port, self.log, self.proc, self.tokens = args, port, log, None, tokens
-
-    def headers(self, who: str = "alice") -> dict[str, str]:
-        return {"Authorization": f"Bearer {TOKENS[who]}"} if self.tokens else {}
-
-    def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "serve_apps.review_app", *self.args, "--port", str(self.port)],
-                                     cwd=REPO, env=env, stdout=self.log.open("a"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"server exited: {self.log.read_text()[-2000:]}"
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/api/health", headers=self.headers(),
-                             timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise AssertionError(f"server did not come up: {self.log.read_text()[-2000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL, not a polite shutdown: durability must not depend on a clean exit."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
-def _until(page, server: _Server, js: str, arg, what: str) -> None:
+def _until(page, server: _browser.PageServer, js: str, arg, what: str) -> None:
     try:
         page.wait_for_function(js, arg=arg, timeout=WAIT_MS)
     except _browser.sync_api.TimeoutError:
@@ -92,14 +50,14 @@ def _until(page, server: _Server, js: str, arg, what: str) -> None:
                              f"server log: {server.log.read_text()[-1500:]!r}") from None
 
 
-def _wait(page, server: _Server, reviewed: int, who: str, pair: str | None = None) -> None:
+def _wait(page, server: _browser.PageServer, reviewed: int, who: str, pair: str | None = None) -> None:
     _until(page, server, "t => document.getElementById('progress-text').textContent === t",
            f"{reviewed} / {len(PAIRS)} reviewed by {who}", f"{reviewed} reviewed by {who}")
     if pair is not None:
         _until(page, server, "id => document.getElementById('pair').dataset.pairId === id", pair, f"pair {pair}")
 
 
-def _sign_in(page, server: _Server, who: str) -> None:
+def _sign_in(page, server: _browser.PageServer, who: str) -> None:
     field = "#token" if server.tokens else "#reviewer"
     page.fill(field, TOKENS[who] if server.tokens else who)
     page.press(field, "Enter")
@@ -117,7 +75,7 @@ def _answer(page, server, rec, who: str, key: str, done: int, click: bool = Fals
     _wait(page, server, done, who)
 
 
-def _review(page, server: _Server, rec: dict) -> None:
+def _review(page, server: _browser.PageServer, rec: dict) -> None:
     page.goto(f"http://127.0.0.1:{server.port}/")
     _sign_in(page, server, "alice")
     _wait(page, server, 0, "alice", "p0")
@@ -144,7 +102,7 @@ def _review(page, server: _Server, rec: dict) -> None:
         _answer(page, server, rec, "bob", key, n, click=n % 2 == 0)
 
 
-def _resolve(page, server: _Server) -> None:
+def _resolve(page, server: _browser.PageServer) -> None:
     """Carol opens the disagreements, sees p1 and p3, accepts p1 and rejects p3 (label too broad)."""
     _sign_in(page, server, "carol")
     _wait(page, server, 0, "carol", "p0")
@@ -191,7 +149,8 @@ def test_two_reviewers_in_the_browser(tmp_path, tokens):
     if tokens:
         (tmp_path / "tokens.txt").write_text("".join(f"{who}:{tok}\n" for who, tok in TOKENS.items()))
         args += ["--tokens", str(tmp_path / "tokens.txt")]
-    server = _Server(args, _free_port(), tmp_path / "server.log", tokens)
+    server = _browser.PageServer("serve_apps.review_app", args, _browser.free_port(), tmp_path / "server.log",
+                                 TOKENS if tokens else None)
     rec: dict[str, dict[str, tuple[str, str | None]]] = {"alice": {}, "bob": {}}
     server.start()
     try:
