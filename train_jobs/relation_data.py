@@ -18,8 +18,8 @@ import torch
 from pydantic import Field, field_validator
 
 from relate.config import StrictConfig
+from relate.data.predicate_split import check_no_leak, held_out, load_predicate_split, remove_held_out
 from relate.storage import Location, LocationValue, under_root
-from relate.data.predicate_split import remove_held_out
 from relate.losses import PredicateSpace, fit_synonym_weighting
 
 __all__ = ["DataConfig", "HoldOutConfig", "build_space", "training_table", "DecodeStage", "concept_key", "concept_family",
@@ -173,8 +173,6 @@ def training_table(cfg: DataConfig, quiet: bool = False) -> pa.Table:
 
 
 def _held_out(cfg: DataConfig):
-    from relate.data.predicate_split import held_out, load_predicate_split
-
     return held_out(load_predicate_split(cfg.hold_out.split), synonyms=cfg.hold_out.synonyms)
 
 
@@ -213,8 +211,6 @@ def build_space(cfg: DataConfig, text_dim: int) -> dict:
 
 def _without_held_out(cfg: DataConfig, train: pa.Table, strings, keys, held, inverse, pdir):
     """The predicate tables without the held-out forms, after the leak check of what remains."""
-    from relate.data.predicate_split import check_no_leak
-
     out = _held_out(cfg)
     keep = [i for i, s in enumerate(strings) if not out.removes(s)]
     strings, keys, held = [strings[i] for i in keep], [keys[i] for i in keep], [held[i] for i in keep]
