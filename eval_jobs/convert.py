@@ -45,16 +45,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+import os
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
-from eval_jobs.convert_formats import iter_sgb, read_openpsg, read_openpsg_pkl, read_vlm, sgb_dicts
+from eval_jobs.convert_formats import iter_sgb, read_openpsg, read_openpsg_pkl, read_vlm, sgb_dicts, sgb_files
 from relate.config import StrictConfig
 from relate.schema import (OBJECT_TYPE, PAIR_TYPE, PER_IMAGE_SCHEMA, SCENE_GRAPHS_ROW_GROUP, TRIPLET_TYPE,
                            SchemaError, scene_graphs_schema, to_table, validate_scene_graphs)
@@ -98,6 +101,12 @@ class ConvertConfig(StrictConfig):
                               "of images (about this many scores, 64 MB in float32) is one row group of --out")
     score_workers: int = Field(default=0, ge=0, description="--score under sgb on a dense file: Ray tasks scoring "
                                "its row groups in parallel (0: one after another in this process)")
+    only_score: bool = Field(default=False, description="sgb with --score: score the output as it is read and write "
+                             "only the totals and the per-image rows (<out stem>.per_image.parquet), not the "
+                             "converted scene graphs (an sgdet split's are 34 GB)")
+    read_workers: int | None = Field(default=None, ge=1, description="--only-score on a folder of shards: processes "
+                                     "reading, validating and ranking its files in parallel (one file each at a time; "
+                                     "crediting stays here); unset: the cores this process may use")
 
     @model_validator(mode="after")
     def _needs(self) -> "ConvertConfig":
@@ -112,6 +121,10 @@ class ConvertConfig(StrictConfig):
             raise ValueError(f"--from {self.source_format} needs the image order: a benchmark or --image-ids")
         if (self.source_format == "vlm" or self.score) and not has_bench:
             raise ValueError("--from vlm and --score need the benchmark (--benchmark-reader, --benchmark-path)")
+        if self.only_score and not (self.source_format == "sgb" and self.score and self.protocol == "sgb"
+                                    and self.score_workers == 0):
+            raise ValueError("--only-score is for --from sgb with --score under protocol sgb, in this process "
+                             "(no --score-workers)")
         if self.protocol == "sgb" and self.require_category is False:
             raise ValueError("--require-category false (label-agnostic) is a paper option; sgb links boxes by label")
         return self
@@ -274,14 +287,23 @@ class _InlineSgb:
         self.index = self.gt.index_of()
         self.partials: list = []
 
-    def __call__(self, ids: Sequence[str], a: dict, columns: Sequence[str]) -> None:
-        from relate.metrics.sgb_stream import scene_graphs_of_arrays, sgb_partial_of
-
+    def rows(self, ids: Sequence[str]) -> np.ndarray:
         unknown = [i for i in ids if i not in self.index]
         if unknown:
             raise SchemaError(f"{self.cfg.out}: image_id(s) not in the ground truth: {unknown[:5]} "
                               f"({len(unknown)} in all)")
-        rows = np.array([self.index[i] for i in ids], np.int64)
+        return np.array([self.index[i] for i in ids], np.int64)
+
+    def add_ranked(self, ids: Sequence[str], ranked) -> None:
+        """Credit a chunk ranked elsewhere (relate.metrics.sgb_stream.SgbRanked) whose images are ``ids``."""
+        from relate.metrics.sgb_stream import sgb_partial_of_ranked
+
+        self.partials.append(sgb_partial_of_ranked(self.gt, self.rows(ids), ranked, predicates=self.predicates))
+
+    def __call__(self, ids: Sequence[str], a: dict, columns: Sequence[str]) -> None:
+        from relate.metrics.sgb_stream import scene_graphs_of_arrays, sgb_partial_of
+
+        rows = self.rows(ids)
         sg = scene_graphs_of_arrays(self.gt, rows, a["n_objects"], a["boxes"], a["labels"], a["scores"], a["n_pairs"],
                                     a["pairs"], a["pair_scores"], columns, name=self.cfg.out)
         self.partials.append(sgb_partial_of(self.gt, sg, rows, ks=self.cfg.ks, predicates=self.predicates))
@@ -324,10 +346,6 @@ def _write_sgb(cfg: ConvertConfig, bench, inline: _InlineSgb | None = None) -> d
     final.parent.mkdir(parents=True, exist_ok=True)
     counts = {"images": 0, "objects": 0, "pairs": 0, "triplets": 0}
 
-    def mismatch(n: int) -> SchemaError:
-        return SchemaError(f"{cfg.input}: {n} images but the image order has {len(ids)} "
-                           f"({cfg.image_ids or f'{cfg.benchmark_reader} {cfg.split}'}); they must align")
-
     try:
         schema = scene_graphs_schema(predicates)
         # a second thread validates each chunk while this one scores it, then writes it (pyarrow
@@ -340,7 +358,7 @@ def _write_sgb(cfg: ConvertConfig, bench, inline: _InlineSgb | None = None) -> d
             for k, chunk in enumerate(iter_sgb(cfg.input, cfg.dicts, cfg.chunk_scores)):
                 pos = counts["images"]
                 if pos + len(chunk) > len(ids):
-                    raise mismatch(_count_sgb(cfg))
+                    raise _mismatch(cfg, _count_sgb(cfg), len(ids))
                 arrays = _concat_images(chunk, len(predicates), buffers[k % 2])
                 table = _table_of(ids[pos:pos + len(chunk)], arrays, predicates)
                 checked = pool.submit(validate_scene_graphs, table, name=cfg.out)  # after the previous write
@@ -360,11 +378,84 @@ def _write_sgb(cfg: ConvertConfig, bench, inline: _InlineSgb | None = None) -> d
             if writing is not None:
                 writing.result()
         if counts["images"] != len(ids):
-            raise mismatch(counts["images"])
+            raise _mismatch(cfg, counts["images"], len(ids))
         tmp.replace(final)
     finally:
         tmp.unlink(missing_ok=True)
     return {"out": cfg.out, "format": "sgb", **counts}
+
+
+def _only_score_sgb(cfg: ConvertConfig, bench, inline: _InlineSgb) -> dict:
+    """``--only-score``: the SGB output is validated (as the table convert would write) and ranked
+    chunk by chunk where it is read, in ``read_workers`` processes over a folder's files; this
+    process credits each ranked chunk against the ground truth in file order and keeps only the
+    partial scores. At most two files per worker are in flight, so memory is bounded by files,
+    not by the split."""
+    import torch  # noqa: F401  (imported once here, inherited by the forked readers)
+
+    ids = _image_ids(cfg, bench)
+    files = [str(f) for f in sgb_files(cfg.input)]
+    workers = min(cfg.read_workers or len(os.sched_getaffinity(0)), len(files))
+    args = (cfg.dicts, inline.predicates, list(cfg.ks), cfg.chunk_scores)
+    counts = {"images": 0, "objects": 0, "pairs": 0, "triplets": 0}
+
+    def credit(ranked) -> None:
+        pos, n = counts["images"], len(ranked.n_objects)
+        if pos + n > len(ids):
+            raise _mismatch(cfg, _count_sgb(cfg), len(ids))
+        inline.add_ranked(ids[pos:pos + n], ranked)
+        counts["images"] += n
+        counts["objects"] += int(ranked.n_objects.sum())
+        counts["pairs"] += int(ranked.n_pairs.sum())
+
+    if workers <= 1:
+        for f in files:
+            for ranked in _rank_sgb_chunks(f, *args):
+                credit(ranked)
+    else:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            pending: deque = deque()
+            try:
+                for f in files:
+                    pending.append(pool.submit(_rank_sgb_file, f, *args))
+                    while len(pending) > 2 * workers:
+                        for ranked in pending.popleft().result():
+                            credit(ranked)
+                while pending:
+                    for ranked in pending.popleft().result():
+                        credit(ranked)
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
+    if counts["images"] != len(ids):
+        raise _mismatch(cfg, counts["images"], len(ids))
+    return {"out": None, "format": "sgb", "only_score": True, "read_workers": max(workers, 1), **counts}
+
+
+def _rank_sgb_chunks(path: str, dicts: str, label_set: list[str], ks: list[int], chunk_scores: int) -> Iterator:
+    """Each chunk of one SGB output file validated and ranked in both modes (SgbRanked)."""
+    from relate.metrics.sgb_stream import sgb_rank_arrays
+
+    columns = sgb_dicts(dicts)[1]
+    buffer: list = []  # one score matrix, reused: fresh pages cost as much as the copy
+    pos = 0
+    for chunk in iter_sgb(path, dicts, chunk_scores):
+        a = _concat_images(chunk, len(columns), buffer)
+        names = [f"{Path(path).name}[{pos + i}]" for i in range(len(chunk))]  # what an error names
+        validate_scene_graphs(_table_of(names, a, columns), name=path)
+        yield sgb_rank_arrays(a["n_objects"], a["boxes"], a["labels"], a["scores"], a["n_pairs"], a["pairs"],
+                              a["pair_scores"], columns, label_set=label_set, ks=ks, name=path)
+        pos += len(chunk)
+
+
+def _rank_sgb_file(path: str, dicts: str, label_set: list[str], ks: list[int], chunk_scores: int) -> list:
+    """A reading process's unit: :func:`_rank_sgb_chunks` of one file (a few KB per image)."""
+    return list(_rank_sgb_chunks(path, dicts, label_set, ks, chunk_scores))
+
+
+def _mismatch(cfg: ConvertConfig, n: int, n_ids: int) -> SchemaError:
+    return SchemaError(f"{cfg.input}: {n} images but the image order has {n_ids} "
+                       f"({cfg.image_ids or f'{cfg.benchmark_reader} {cfg.split}'}); they must align")
 
 
 def _count_sgb(cfg: ConvertConfig) -> int:
@@ -387,7 +478,7 @@ def main(cfg: ConvertConfig) -> dict:
     if cfg.source_format == "sgb":  # streamed: a full sgdet split never fits in memory
         inline = (_InlineSgb(cfg, bench) if cfg.score and cfg.protocol == "sgb" and cfg.score_workers == 0
                   else None)
-        result = _write_sgb(cfg, bench, inline)
+        result = _only_score_sgb(cfg, bench, inline) if cfg.only_score else _write_sgb(cfg, bench, inline)
         if cfg.score:
             result["scores"] = _score(cfg, bench, inline)
         return result

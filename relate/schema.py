@@ -32,7 +32,7 @@ __all__ = [
     "PER_IMAGE_SCHEMA", "OBJECT_TYPE", "PAIR_TYPE", "SCENE_GRAPHS_SCHEMA", "PREDICATES_KEY", "SCENE_GRAPHS_ROW_GROUP",
     "PASSES", "GATE_OUTCOMES", "SchemaError",
     "validate_images", "validate_corpus", "validate_rejections", "validate_predictions",
-    "validate_scene_graphs", "scene_graphs_schema", "scene_graph_predicates", "to_table",
+    "validate_scene_graphs", "scene_graphs_schema", "scene_graph_predicates", "to_table", "one_array",
 ]
 
 PASSES = ("semantic", "grow", "spatial", "topup", "human")
@@ -167,9 +167,17 @@ def _first_bad(mask: np.ndarray, parent: np.ndarray, where: _Where, field: str, 
     raise SchemaError(f"{where.row(row)}: {field}{pos}{val}: {what}{more}")
 
 
+def one_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """A column as one Array: a single chunk as it is (``combine_chunks`` copies even one chunk,
+    64 MB of pair scores per sgdet row group), more chunks concatenated."""
+    if not isinstance(col, pa.ChunkedArray):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 def _flatten(col: pa.ChunkedArray | pa.Array) -> tuple[pa.StructArray, np.ndarray, np.ndarray]:
     """Flatten a list<struct> column: (values, parent row per value, position within its list)."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    arr = one_array(col)
     if arr.null_count:
         row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
         raise SchemaError(f"row {row}: list column is null (use an empty list)")
@@ -338,7 +346,7 @@ def scene_graph_predicates(schema: pa.Schema, *, name: str = "scene_graphs") -> 
 
 
 def _list_col(table: pa.Table, col: str, where: _Where) -> pa.Array:
-    arr = table.column(col).combine_chunks()
+    arr = one_array(table.column(col))
     if arr.null_count:
         row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
         raise SchemaError(f"{where.row(row)}: {col} is null (use an empty list)")

@@ -32,11 +32,11 @@ from relate.metrics.per_image import sgb_per_image
 from relate.metrics.recall import RecallResult, evaluate_recall
 from relate.metrics.sgb import (PROTOCOLS, _kth_largest_per_block, _label_set, credit, credit_index, sgb_aggregate,
                                 sgb_rank_dense)
-from relate.schema import (SCENE_GRAPHS_SCHEMA, SchemaError, scene_graph_predicates, scene_graphs_schema, to_table,
-                           validate_scene_graphs)
+from relate.schema import (SCENE_GRAPHS_SCHEMA, SchemaError, one_array, scene_graph_predicates, scene_graphs_schema,
+                           to_table, validate_scene_graphs)
 
 __all__ = ["SceneGraphs", "load_scene_graphs", "evaluate_scene_graphs", "labels_scored", "sgb_dense_hits",
-           "sgb_dense_result"]
+           "sgb_dense_hits_modes", "sgb_dense_result", "sgb_rank_modes", "label_columns"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def load_scene_graphs(source: str | Path | pa.Table, gt: GroundTruth) -> SceneGr
         raise SchemaError(f"{name}: image_id(s) not in the ground truth: {unknown[:5]} ({len(unknown)} in all)")
     row_img = np.array([index[i] for i in ids], dtype=np.int64)
     # objects move to the GT's image order (small); the score matrix stays where it is
-    objs = table.column("objects").combine_chunks()
+    objs = one_array(table.column("objects"))
     flat = objs.flatten()
     parent = pc.list_parent_indices(objs).to_numpy().astype(np.int64)
     per_img = np.zeros(gt.n_images, np.int64)
@@ -97,12 +97,12 @@ def load_scene_graphs(source: str | Path | pa.Table, gt: GroundTruth) -> SceneGr
         boxes[dest] = np.stack([_np(flat.field(k), np.float64) for k in ("x1", "y1", "x2", "y2")], axis=1)
         labels[dest] = _np(flat.field("label"))
         scores[dest] = _np(flat.field("score"), np.float32)
-    pairs = table.column("pairs").combine_chunks()
+    pairs = one_array(table.column("pairs"))
     pflat = pairs.flatten()
     pparent = pc.list_parent_indices(pairs).to_numpy().astype(np.int64)
     poff = np.concatenate([[0], np.cumsum(np.bincount(pparent, minlength=len(ids)))]).astype(np.int64)
     names = np.asarray(names or [], dtype=object)
-    values = table.column("pair_scores").combine_chunks().flatten().flatten()
+    values = one_array(table.column("pair_scores")).flatten().flatten()
     matrix = values.to_numpy().reshape(pparent.size, names.size) if pparent.size else np.zeros((0, names.size), np.float32)
     return SceneGraphs(Detections(off, boxes, labels), scores, poff, row_img[pparent],
                        _np(pflat.field("subject"), np.int64), _np(pflat.field("object"), np.int64),
@@ -110,7 +110,7 @@ def load_scene_graphs(source: str | Path | pa.Table, gt: GroundTruth) -> SceneGr
 
 
 def _triplets(table: pa.Table, row_img: np.ndarray, gt: GroundTruth, name: str) -> Predictions:
-    col = table.column("triplets").combine_chunks()
+    col = one_array(table.column("triplets"))
     tri = col.flatten()
     parent = pc.list_parent_indices(col).to_numpy().astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(np.bincount(parent, minlength=table.num_rows))]).astype(np.int64)
@@ -225,32 +225,67 @@ def sgb_dense_hits(gt: GroundTruth, sg: SceneGraphs, ks: Sequence[int], graph_co
                    predicates: Sequence[str] | None, iou_threshold: float = 0.5,
                    block_pairs: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, int]:
     """(best rank crediting each GT row, inf if none; GT image of each scored pair; entries outside
-    the label set) of ``sg``'s dense pairs under ``sgb``. Image blocks of about ``block_pairs`` pairs
-    are ranked and credited at a time (both are per image), so the unconstrained product matrix
-    never covers a whole sgdet output at once; and since every number is per image, files holding
-    disjoint images give hit ranks that combine by ``np.fmin`` (relate.metrics.sgb_stream)."""
-    ks = tuple(sorted(int(k) for k in ks))
+    the label set) of ``sg``'s dense pairs under ``sgb``, in one mode (:func:`sgb_dense_hits_modes`)."""
+    hits, pair_img, n_unscored = sgb_dense_hits_modes(gt, sg, ks, (graph_constrained,), predicates, iou_threshold,
+                                                      block_pairs)
+    return hits[graph_constrained], pair_img, n_unscored
+
+
+def sgb_dense_hits_modes(gt: GroundTruth, sg: SceneGraphs, ks: Sequence[int], modes: Sequence[bool],
+                         predicates: Sequence[str] | None, iou_threshold: float = 0.5,
+                         block_pairs: int = 1 << 20) -> tuple[dict[bool, np.ndarray], np.ndarray, int]:
+    """Per mode in ``modes`` (True: graph-constrained) the best rank crediting each GT row (inf if
+    none); the GT image of each scored pair; the entries outside the label set. Every number is
+    per image, so files holding disjoint images give hit ranks that combine by ``np.fmin``
+    (relate.metrics.sgb_stream). The modes share one ranking pass (:func:`sgb_rank_modes`) and one
+    IoU linking of the detections."""
     label_set, index, gli = _label_set(gt, predicates)
-    lab = np.array([index.get(str(p), -1) for p in sg.predicates.tolist()], dtype=np.int64)
-    keep = np.flatnonzero(lab >= 0)
-    keep = keep[np.argsort(lab[keep], kind="stable")]  # columns in label order: argmax ties -> lowest label
-    scores = sg.scores if np.array_equal(keep, np.arange(lab.size)) else np.ascontiguousarray(sg.scores[:, keep])
+    lab, scores, n_unscored = label_columns(sg.predicates, index, sg.scores)
     s, o = _pair_scores(sg)
+    ranked = sgb_rank_modes(sg.pair_offsets, sg.pair_image, s, o, scores, modes, ks, block_pairs)
     ix = credit_index(gt, gli, len(label_set), (sg.objects.box_offsets, sg.objects.boxes, sg.objects.categories),
                       iou_threshold)
-    hit = np.full(gt.rel_image.size, np.inf)
-    off, lo = sg.pair_offsets, 0
+    hits = {gc: credit(ix, gt.rel_image.size, sg.pair_image[pr], sg.pair_subject[pr], sg.pair_object[pr], lab[col],
+                       rank) for gc, (pr, col, rank) in ranked.items()}
+    pair_img = sg.pair_image if lab.size else np.zeros(0, np.int64)
+    return hits, pair_img, n_unscored
+
+
+def label_columns(names: Sequence[str], index: dict[str, int], scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(label-set index of each kept column, in label order; the score matrix restricted to them, in
+    that order (the matrix itself when it already is); the entries of the columns outside the set).
+    Columns in label order make an argmax tie go to the lowest label, as SGB's does."""
+    lab = np.array([index.get(str(p), -1) for p in list(names)], dtype=np.int64)
+    keep = np.flatnonzero(lab >= 0)
+    keep = keep[np.argsort(lab[keep], kind="stable")]
+    kept = scores if np.array_equal(keep, np.arange(lab.size)) else np.ascontiguousarray(scores[:, keep])
+    return lab[keep], kept, int(scores.shape[0] * (lab.size - keep.size))
+
+
+def sgb_rank_modes(pair_offsets: np.ndarray, pair_image: np.ndarray, subject_score: np.ndarray,
+                   object_score: np.ndarray, scores: np.ndarray, modes: Sequence[bool], ks: Sequence[int],
+                   block_pairs: int = 1 << 20) -> dict[bool, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per mode, (pair row, column of ``scores``, rank in its image) of every entry SGB ranks within
+    the largest K: :func:`relate.metrics.sgb.sgb_rank_dense` over image blocks of about
+    ``block_pairs`` pairs (so the unconstrained product matrix never covers a whole sgdet output),
+    with one row maximum per block shared by the modes. Reads no ground truth."""
+    max_k = max(int(k) for k in ks)
+    out: dict[bool, list] = {gc: [] for gc in modes}
+    off, lo = pair_offsets, 0
     while lo < off.size - 1:
         hi = min(max(lo + 1, int(np.searchsorted(off, off[lo] + block_pairs, side="right")) - 1), off.size - 1)
         a, b = int(off[lo]), int(off[hi])
-        pr, col, rank = sgb_rank_dense(off[lo:hi + 1] - a, sg.pair_image[a:b], s[a:b], o[a:b], scores[a:b],
-                                       graph_constrained=graph_constrained, max_k=ks[-1])
-        pr = pr + a
-        hit = np.fmin(hit, credit(ix, gt.rel_image.size, sg.pair_image[pr], sg.pair_subject[pr],
-                                  sg.pair_object[pr], lab[keep][col], rank))
+        block = scores[a:b]
+        row_max = block.max(axis=1) if block.shape[1] else np.zeros(b - a, np.float32)
+        for gc in modes:
+            pr, col, rank = sgb_rank_dense(off[lo:hi + 1] - a, pair_image[a:b], subject_score[a:b],
+                                           object_score[a:b], block, graph_constrained=gc, max_k=max_k,
+                                           row_max=row_max)
+            out[gc].append((pr + a, col, rank))
         lo = hi
-    pair_img = sg.pair_image if keep.size else np.zeros(0, np.int64)
-    return hit, pair_img, int(sg.scores.shape[0] * (lab.size - keep.size))
+    z = np.zeros(0, np.int64)
+    return {gc: tuple(np.concatenate([p[i] for p in parts]) if parts else z for i in range(3))
+            for gc, parts in out.items()}
 
 
 def sgb_dense_result(gt: GroundTruth, hit: np.ndarray, pair_img: np.ndarray, n_unscored: int, ks: Sequence[int],

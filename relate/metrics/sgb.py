@@ -295,19 +295,22 @@ def _aggregate(gt, gli, rep, hit_rank, pair_img, label_set, ks, n_unscored):
 
 def sgb_rank_dense(pair_offsets: np.ndarray, pair_image: np.ndarray, subject_score: np.ndarray,
                    object_score: np.ndarray, scores: np.ndarray, *, graph_constrained: bool,
-                   max_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                   max_k: int, row_max: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pair row, label column, 0-based rank in its image) of SGB's ranked entries of a dense output.
 
     ``scores`` is (pairs, P) float32 with columns in label-set order; the pairs of one image are
     the contiguous block ``pair_offsets[r]:[r + 1]``. The same rules as :func:`sgb_rank`, on the
-    matrix itself: argmax per row for the graph-constrained slot. Only what can reach the top
+    matrix itself: the row's maximum ranks a pair in the graph-constrained slot, and its first
+    column (SGB's argmax) is looked up for the ranked pairs only. Only what can reach the top
     ``max_k`` (or the unconstrained 100) is sorted: a per-image partition finds the k-th best pair
     (or a bound on the k-th best entry) first, so an sgdet image (6,320 pairs x 50) sorts about a
     hundred pairs, not all of them, and the unconstrained products are formed for those pairs only.
+    ``row_max`` (``scores.max(axis=1)``) may be passed in when both modes rank one matrix.
     """
     N, P = scores.shape
-    best = scores.argmax(axis=1) if P else np.zeros(N, np.int64)  # first maximum: lowest label index
-    p32 = np.take_along_axis(scores, best[:, None], 1)[:, 0] if P else np.zeros(N, np.float32)
+    if row_max is None:
+        row_max = scores.max(axis=1) if P else np.zeros(N, np.float32)
+    p32 = np.asarray(row_max, np.float32)
     triple = (p32 * subject_score) * object_score
     block = np.repeat(np.arange(pair_offsets.size - 1), np.diff(pair_offsets))
     if graph_constrained:
@@ -316,8 +319,9 @@ def sgb_rank_dense(pair_offsets: np.ndarray, pair_image: np.ndarray, subject_sco
         top = _at_least(triple, _kth_largest_per_block(triple[:, None], pair_offsets, max_k)[block])
         order = top[np.argsort(_desc_key(pair_image[top], triple[top]), kind="stable")]
         rank = _rank_in_image(pair_image[order])
-        keep = rank < max_k
-        return order[keep], best[order[keep]].astype(np.int64), rank[keep]
+        ranked = order[rank < max_k]
+        best = scores[ranked].argmax(axis=1) if P else np.zeros(ranked.size, np.int64)  # first maximum
+        return ranked, best.astype(np.int64), rank[rank < max_k]
     cap = min(max_k, SGB_NOGC_CAP)
     so = subject_score * object_score  # float32, as SGB multiplies
     # (s x o) x best score is the largest entry of a pair's row when s x o >= 0 (rounding is

@@ -27,12 +27,14 @@ import pyarrow.parquet as pq
 from relate.metrics._boxmatch import Detections
 from relate.metrics._tables import GroundTruth, Predictions
 from relate.metrics.recall import RecallResult
-from relate.metrics.scene_graphs import (SceneGraphs, _check_labels, load_scene_graphs, sgb_dense_hits,
-                                         sgb_dense_result)
+from relate.metrics.scene_graphs import (SceneGraphs, _check_labels, label_columns, load_scene_graphs,
+                                         sgb_dense_hits_modes, sgb_dense_result, sgb_rank_modes)
+from relate.metrics.sgb import _label_set, credit, credit_index
 from relate.schema import SchemaError
 
 __all__ = ["SgbPartial", "MODES", "scene_graph_batches", "sgb_partial", "sgb_partial_of", "scene_graphs_of_arrays",
-           "combine_partials", "sgb_stream_results", "evaluate_sgb_stream"]
+           "combine_partials", "sgb_stream_results", "evaluate_sgb_stream", "SgbRanked", "sgb_rank_arrays",
+           "sgb_partial_of_ranked"]
 
 MODES = (True, False)  # graph-constrained, unconstrained: both from one read of each batch
 
@@ -117,11 +119,79 @@ def sgb_partial_of(gt: GroundTruth, sg: SceneGraphs, seen: np.ndarray, *, ks: Se
                          "triplets (score it whole with evaluate_scene_graphs)")
     _check_labels(sg)
     out = SgbPartial(seen=np.asarray(seen, np.int64), n_pairs=int(sg.scores.shape[0]))
+    hits, pair_img, out.n_unscored = sgb_dense_hits_modes(gt, sg, ks, MODES, predicates, iou_threshold)
     for gc in MODES:
-        hit, pair_img, out.n_unscored = sgb_dense_hits(gt, sg, ks, gc, predicates, iou_threshold)
+        out.rows[gc] = np.flatnonzero(np.isfinite(hits[gc]))
+        out.ranks[gc] = hits[gc][out.rows[gc]]
+    out.images = np.unique(pair_img)
+    return out
+
+
+@dataclass
+class SgbRanked:
+    """A batch of images (in file order) ranked under ``sgb`` before any ground truth is read: the
+    part of scoring that reads the pair scores, done where the file is read (eval_jobs.convert's
+    reading processes), and everything crediting needs (:func:`sgb_partial_of_ranked`)."""
+
+    n_objects: np.ndarray       # (images,) int64
+    boxes: np.ndarray           # (objects, 4) float32, xyxy
+    labels: np.ndarray          # (objects,) object: predicted category names
+    n_pairs: np.ndarray         # (images,) int64
+    entries: dict[bool, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # per mode:
+    # (image in the batch, subject, object, label index, rank) of each entry ranked within the largest K
+    n_unscored: int = 0
+
+
+def sgb_rank_arrays(n_objects: np.ndarray, boxes: np.ndarray, labels: Sequence[str | None], object_scores: np.ndarray,
+                    n_pairs: np.ndarray, pairs: np.ndarray, pair_scores: np.ndarray, columns: Sequence[str], *,
+                    label_set: Sequence[str], ks: Sequence[int], name: str = "scene_graphs") -> SgbRanked:
+    """Rank a batch of dense outputs (arrays as :func:`scene_graphs_of_arrays` takes them, already
+    validated; ``columns`` names the score columns) in both modes against ``label_set``."""
+    n_objects, n_pairs = np.asarray(n_objects, np.int64), np.asarray(n_pairs, np.int64)
+    labels = np.asarray(list(labels), dtype=object)
+    none = np.flatnonzero(np.equal(labels, None))
+    if none.size:
+        img = int(np.searchsorted(np.cumsum(n_objects), none[0], side="right"))
+        raise ValueError(f"{name}: protocol 'sgb' links boxes by label, but {none.size} object(s) have a null "
+                         f"label (first in image {img} of the batch); convert with labels or use protocol 'paper'")
+    index = {str(p): i for i, p in enumerate(label_set)}
+    lab, scores, n_unscored = label_columns(columns, index, np.asarray(pair_scores, np.float32).reshape(
+        len(pairs), len(columns)))
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+    image = np.repeat(np.arange(n_pairs.size), n_pairs)
+    first = np.concatenate([[0], np.cumsum(n_objects)[:-1]]).astype(np.int64)
+    obj_scores = np.asarray(object_scores, np.float32)
+    s, o = obj_scores[first[image] + pairs[:, 0]], obj_scores[first[image] + pairs[:, 1]]
+    offsets = np.concatenate([[0], np.cumsum(n_pairs)]).astype(np.int64)
+    ranked = sgb_rank_modes(offsets, image, s, o, scores, MODES, ks)
+    entries = {gc: (image[pr], pairs[pr, 0], pairs[pr, 1], lab[col], rank) for gc, (pr, col, rank) in ranked.items()}
+    return SgbRanked(n_objects, np.asarray(boxes, np.float32).reshape(-1, 4), labels, n_pairs, entries, n_unscored)
+
+
+def sgb_partial_of_ranked(gt: GroundTruth, rows: np.ndarray, ranked: SgbRanked, *, predicates: Sequence[str] | None,
+                          iou_threshold: float = 0.5) -> SgbPartial:
+    """Credit a ranked batch (:func:`sgb_rank_arrays`) whose images are the GT images ``rows``: the
+    partial :func:`sgb_partial_of` gives for the same arrays."""
+    rows = np.asarray(rows, np.int64)
+    label_set, _, gli = _label_set(gt, predicates)
+    per_img = np.zeros(gt.n_images, np.int64)
+    per_img[rows] = ranked.n_objects
+    off = np.concatenate([[0], np.cumsum(per_img)]).astype(np.int64)
+    row_off = np.concatenate([[0], np.cumsum(ranked.n_objects)]).astype(np.int64)
+    parent = np.repeat(np.arange(rows.size), ranked.n_objects)
+    dest = off[rows[parent]] + (np.arange(parent.size) - row_off[parent])
+    boxes = np.zeros((parent.size, 4))
+    boxes[dest] = ranked.boxes
+    labels = np.empty(parent.size, dtype=object)
+    labels[dest] = ranked.labels
+    ix = credit_index(gt, gli, len(label_set), (off, boxes, labels), iou_threshold)
+    out = SgbPartial(seen=rows, n_pairs=int(ranked.n_pairs.sum()), n_unscored=ranked.n_unscored)
+    for gc, (img, sub, obj, lab, rank) in ranked.entries.items():
+        hit = credit(ix, gt.rel_image.size, rows[img], sub, obj, lab, rank)
         out.rows[gc] = np.flatnonzero(np.isfinite(hit))
         out.ranks[gc] = hit[out.rows[gc]]
-        out.images = np.unique(pair_img)
+    scored = ranked.n_pairs > 0 if len(label_set) else np.zeros(rows.size, bool)
+    out.images = np.unique(rows[scored])
     return out
 
 

@@ -179,6 +179,18 @@ def test_sgb_shard_folder_scores_as_one_file_with_per_image_rows(tmp_path, monke
         res[name] = main(ConvertConfig(source_format="sgb", input=str(src), dicts=str(dicts), benchmark_reader="parquet",
                                        benchmark_path=corpus, out=str(tmp_path / f"{name}.parquet"), score=True,
                                        ks=[1, 5, 20], chunk_scores=30))  # row groups of 1-3 images
+    # --only-score: ranked where each file is read (two forked readers over the shards; the one
+    # file in this process), credited here, nothing converted written: the same totals and rows
+    for name, src, workers in (("only_one", tmp_path / "eval_results.pytorch", None), ("only_shards", shards, 2)):
+        res[name] = main(ConvertConfig(source_format="sgb", input=str(src), dicts=str(dicts), benchmark_reader="parquet",
+                                       benchmark_path=corpus, out=str(tmp_path / f"{name}.parquet"), score=True,
+                                       ks=[1, 5, 20], chunk_scores=30, only_score=True, read_workers=workers))
+        assert not (tmp_path / f"{name}.parquet").exists() and res[name]["images"] == 5
+        for mode in ("graph_constrained", "unconstrained"):
+            assert res[name]["scores"][mode] == res["one"]["scores"][mode]
+        assert pq.read_table(res[name]["scores"]["per_image"]).drop(["system"]).equals(
+            pq.read_table(res["one"]["scores"]["per_image"]).drop(["system"]))
+    assert (res["only_one"]["read_workers"], res["only_shards"]["read_workers"]) == (1, 2)
     one, shard = res["one"], res["shards"]
     assert pq.read_table(one["out"]).equals(pq.read_table(shard["out"]))
     assert pq.ParquetFile(one["out"]).num_row_groups >= 2
@@ -342,10 +354,13 @@ def test_vlm_strings_map_at_the_calibrated_threshold_and_unmapped_are_counted(tm
     assert [(t["predicate"], round(t["score"], 4)) for t in tri] == [("next to", round(5 / 6, 4)), ("holding", round(4 / 6, 4))]
 
 
+@pytest.mark.parametrize("only_score", [False, True])
 @pytest.mark.parametrize("bad", ["nan_score", "pair_out_of_range"])
-def test_sgb_scored_while_converted_still_refuses_a_bad_chunk_by_name(tmp_path, monkeypatch, bad):
+def test_sgb_scored_while_converted_still_refuses_a_bad_chunk_by_name(tmp_path, monkeypatch, bad, only_score):
     # --score scores each chunk while a second thread validates it: a bad value must still end
-    # the job with the validator's SchemaError (not whatever the scorer trips on), and no file
+    # the job with the validator's SchemaError (not whatever the scorer trips on), and no file.
+    # --only-score validates in the reading process (two here, one shard each): the error that
+    # comes back names the shard and the image's place in it.
     import torch
 
     BoxList = _boxlist_module(monkeypatch)
@@ -354,14 +369,27 @@ def test_sgb_scored_while_converted_still_refuses_a_bad_chunk_by_name(tmp_path, 
     a.add_field("pred_scores", torch.tensor([.9, .8]))
     a.add_field("rel_pair_idxs", torch.tensor([[0, 1], [1, 5 if bad == "pair_out_of_range" else 0]]))
     a.add_field("pred_rel_scores", torch.tensor([[.1, float("nan") if bad == "nan_score" else .2, .7], [.3, .6, .1]]))
-    torch.save({"predictions": [a]}, tmp_path / "eval_results.pytorch")
+    good = _random_boxlists(BoxList, 1, 3)[0]
+    src = tmp_path / "eval_results.pytorch"
+    if only_score:
+        src = tmp_path / "shards"
+        src.mkdir()
+        torch.save([good], src / "part_0.pytorch")
+        torch.save([good, a], src / "part_1.pytorch")
+    else:
+        torch.save({"predictions": [a]}, src)
     for name in SGB_MODULES:
         monkeypatch.delitem(sys.modules, name)
     dicts = tmp_path / "dicts.json"
     dicts.write_text(json.dumps({"idx_to_label": {"1": "man", "2": "horse"}, "idx_to_predicate": {"1": "on", "2": "near"}}))
-    corpus = _corpus(tmp_path / "c.parquet", [("A", MAN_HORSE, [_rel(0, 1, "on")])])
+    images = [("A", MAN_HORSE, [_rel(0, 1, "on")])]
+    if only_score:
+        images = [("G0", MAN_HORSE, []), ("G1", MAN_HORSE, [])] + images
+    corpus = _corpus(tmp_path / "c.parquet", images)
     out = tmp_path / "sg.parquet"
-    with pytest.raises(SchemaError, match="pair_scores" if bad == "nan_score" else "pairs"):
-        main(ConvertConfig(source_format="sgb", input=str(tmp_path / "eval_results.pytorch"), dicts=str(dicts),
-                           benchmark_reader="parquet", benchmark_path=corpus, out=str(out), score=True))
+    where = r"part_1\.pytorch.*part_1\.pytorch\[1\].*" if only_score else ""
+    with pytest.raises(SchemaError, match=where + ("pair_scores" if bad == "nan_score" else "pairs")):
+        main(ConvertConfig(source_format="sgb", input=str(src), dicts=str(dicts), benchmark_reader="parquet",
+                           benchmark_path=corpus, out=str(out), score=True, only_score=only_score,
+                           read_workers=2 if only_score else None))
     assert not out.exists() and not (tmp_path / "sg.parquet.partial").exists()
