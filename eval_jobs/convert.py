@@ -37,6 +37,13 @@ With ``--score`` under ``sgb``, a dense file (sgb, openpsg-pkl) is scored one ro
 rows go to ``<out stem>.per_image.parquet`` (PER_IMAGE_SCHEMA): the same rows and totals as
 scoring the file whole.
 
+``--score --only-score`` (sgb) scores SGB's files without writing the converted copy: each file is
+read, validated as its table would be and ranked in both modes by a forked reading process (one
+per core, ``--read-workers``; a single ``eval_results.pytorch`` is read here), which sends back a
+few KB per image (its detections and the entries ranked within the largest K); this process
+credits them against the ground truth in file order. The totals and per-image rows are those of
+converting and scoring.
+
 The image order of ``sgb`` and ``openpsg`` outputs is their dataset's: the benchmark reader (or
 ``--image-ids``) supplies the image_id of each position, and a count mismatch is an error.
 """
