@@ -77,6 +77,17 @@ def sgb_partial(gt: GroundTruth, batch: pa.Table, *, ks: Sequence[int], predicat
     return sgb_partial_of(gt, sg, seen, ks=ks, predicates=predicates, iou_threshold=iou_threshold)
 
 
+def _gt_order(gt: GroundTruth, rows: np.ndarray, n_objects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(box offsets per GT image, the GT-order position of each object) for objects given in file
+    order, ``n_objects`` per file row, whose GT images are ``rows``."""
+    per_img = np.zeros(gt.n_images, np.int64)
+    per_img[rows] = n_objects
+    off = np.concatenate([[0], np.cumsum(per_img)]).astype(np.int64)
+    row_off = np.concatenate([[0], np.cumsum(n_objects)]).astype(np.int64)
+    parent = np.repeat(np.arange(rows.size), n_objects)
+    return off, off[rows[parent]] + (np.arange(parent.size) - row_off[parent])
+
+
 def scene_graphs_of_arrays(gt: GroundTruth, rows: np.ndarray, n_objects: np.ndarray, boxes: np.ndarray,
                            labels: Sequence[str | None], object_scores: np.ndarray, n_pairs: np.ndarray,
                            pairs: np.ndarray, pair_scores: np.ndarray, predicates: Sequence[str],
@@ -88,17 +99,12 @@ def scene_graphs_of_arrays(gt: GroundTruth, rows: np.ndarray, n_objects: np.ndar
     (the table's nested score lists are copied each time pyarrow combines them). The arrays are
     not validated here; validate the table that holds them (relate.schema.validate_scene_graphs)."""
     rows, n_objects, n_pairs = (np.asarray(a, np.int64) for a in (rows, n_objects, n_pairs))
-    per_img = np.zeros(gt.n_images, np.int64)
-    per_img[rows] = n_objects
-    off = np.concatenate([[0], np.cumsum(per_img)]).astype(np.int64)
-    row_off = np.concatenate([[0], np.cumsum(n_objects)]).astype(np.int64)
-    parent = np.repeat(np.arange(rows.size), n_objects)
-    dest = off[rows[parent]] + (np.arange(parent.size) - row_off[parent])
-    obj_boxes = np.zeros((parent.size, 4))
-    obj_labels = np.empty(parent.size, dtype=object)
-    obj_scores = np.zeros(parent.size, np.float32)
+    off, dest = _gt_order(gt, rows, n_objects)
+    obj_boxes = np.zeros((dest.size, 4))
+    obj_labels = np.empty(dest.size, dtype=object)
+    obj_scores = np.zeros(dest.size, np.float32)
     obj_boxes[dest] = np.asarray(boxes, np.float32).reshape(-1, 4)
-    obj_labels[dest] = np.asarray(list(labels), dtype=object) if parent.size else obj_labels
+    obj_labels[dest] = np.asarray(list(labels), dtype=object) if dest.size else obj_labels
     obj_scores[dest] = np.asarray(object_scores, np.float32)
     pairs = np.asarray(pairs).reshape(-1, 2)
     z = np.zeros(0, np.int64)
@@ -174,15 +180,10 @@ def sgb_partial_of_ranked(gt: GroundTruth, rows: np.ndarray, ranked: SgbRanked, 
     partial :func:`sgb_partial_of` gives for the same arrays."""
     rows = np.asarray(rows, np.int64)
     label_set, _, gli = _label_set(gt, predicates)
-    per_img = np.zeros(gt.n_images, np.int64)
-    per_img[rows] = ranked.n_objects
-    off = np.concatenate([[0], np.cumsum(per_img)]).astype(np.int64)
-    row_off = np.concatenate([[0], np.cumsum(ranked.n_objects)]).astype(np.int64)
-    parent = np.repeat(np.arange(rows.size), ranked.n_objects)
-    dest = off[rows[parent]] + (np.arange(parent.size) - row_off[parent])
-    boxes = np.zeros((parent.size, 4))
+    off, dest = _gt_order(gt, rows, ranked.n_objects)
+    boxes = np.zeros((dest.size, 4))
     boxes[dest] = ranked.boxes
-    labels = np.empty(parent.size, dtype=object)
+    labels = np.empty(dest.size, dtype=object)
     labels[dest] = ranked.labels
     ix = credit_index(gt, gli, len(label_set), (off, boxes, labels), iou_threshold)
     out = SgbPartial(seen=rows, n_pairs=int(ranked.n_pairs.sum()), n_unscored=ranked.n_unscored)

@@ -17,8 +17,8 @@ import pytest
 
 from _rows import box as _box, img as _img, rel as _rel
 from relate.metrics import evaluate_scene_graphs, load_ground_truth, load_scene_graphs
-from relate.metrics.sgb_stream import (evaluate_sgb_stream, scene_graph_batches, sgb_partial,
-                                       sgb_stream_results)
+from relate.metrics.sgb_stream import (evaluate_sgb_stream, scene_graph_batches, sgb_partial, sgb_partial_of_ranked,
+                                       sgb_rank_arrays, sgb_stream_results)
 from relate.schema import CORPUS_SCHEMA, scene_graphs_schema, to_table
 
 CATS = ["man", "horse", "hat", "tree"]
@@ -109,6 +109,35 @@ def test_streamed_rows_and_totals_equal_the_whole_file(tmp_path, seed):
                 for p in LABEL_SET}
     mR = sum(float(np.mean(v)) if v else 0.0 for v in per_pred.values()) / len(LABEL_SET)
     assert stream["graph_constrained"].metrics["mR@3"] == pytest.approx(mR, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_ranked_where_read_and_credited_here_equals_the_whole_file(seed):
+    # --only-score's split: a reader ranks a batch's arrays with no ground truth (sgb_rank_arrays),
+    # the job credits what comes back (sgb_partial_of_ranked). Batches of 4 images, ties in eighths,
+    # a column outside the label set, images without detections: the whole file's numbers.
+    corpus, table = _random_case(30, seed)
+    gt = load_ground_truth(corpus)
+    index = gt.index_of()
+    parts = []
+    for lo in range(0, table.num_rows, 4):
+        rows = table.slice(lo, 4).to_pylist()
+        objs = [o for r in rows for o in r["objects"]]
+        pairs = np.array([(p["subject"], p["object"]) for r in rows for p in r["pairs"]], np.int64).reshape(-1, 2)
+        scores = np.array([v for r in rows for v in r["pair_scores"]], np.float32).reshape(-1, len(FILE_PREDICATES))
+        ranked = sgb_rank_arrays([len(r["objects"]) for r in rows],
+                                 np.array([[o[k] for k in ("x1", "y1", "x2", "y2")] for o in objs]).reshape(-1, 4),
+                                 [o["label"] for o in objs], [o["score"] for o in objs], [len(r["pairs"]) for r in rows],
+                                 pairs, scores, FILE_PREDICATES, label_set=LABEL_SET, ks=KS)
+        assert set(ranked.entries) == {True, False} and ranked.entries[True][4].max(initial=0) < max(KS)
+        parts.append(sgb_partial_of_ranked(gt, [index[r["image_id"]] for r in rows], ranked, predicates=LABEL_SET))
+    got = sgb_stream_results(gt, parts[::-1], ks=KS, predicates=LABEL_SET)
+    whole = _whole(corpus, table)
+    for mode in ("graph_constrained", "unconstrained"):
+        assert _same(got[mode].metrics, whole[mode].metrics), mode
+        assert _same(got[mode].per_image, [{k: v for k, v in row.items() if k != "box_source"}
+                                           for row in whole[mode].per_image])
+        assert got[mode].metrics["n_unscored_triplets"] > 0 and 0 < got[mode].metrics["R@3"] < 1
 
 
 def test_batches_split_large_row_groups_and_partials_combine_in_any_order(tmp_path):
