@@ -81,6 +81,34 @@ def test_validation_names_row_image_field_and_position(edit, match):
         validate_scene_graphs(_table(rows), name="sg")
 
 
+@pytest.mark.parametrize("scores, bad", [
+    ([[.9, float("inf")], [.2, .3]], r"pair_scores\[0\]\[1\] = inf"),
+    ([[.9, float("-inf")], [.2, .3]], r"pair_scores\[0\]\[1\] = -inf"),
+    ([[float("inf"), .1], [.2, float("-inf")]], r"pair_scores\[0\]\[0\] = inf.*2 bad value"),  # their sum is NaN
+    ([[3e38, 3e38], [3e38, .3]], None),  # finite, though the sum overflows: not refused
+])
+def test_scores_are_checked_finite_in_one_pass_and_located_when_not(scores, bad):
+    rows = _valid()
+    rows[0]["pair_scores"] = scores
+    if bad is None:
+        assert list(validate_scene_graphs(_table(rows), name="sg")) == [2]
+    else:
+        with pytest.raises(SchemaError, match=r"sg row 0 \(image_id='A'\): " + bad):
+            validate_scene_graphs(_table(rows), name="sg")
+
+
+@pytest.mark.parametrize("n_objects", [3, 5000])  # keys counted (dense) or sorted (sparse): both find the repeat
+def test_a_repeated_pair_is_found_in_dense_and_sparse_tables(n_objects):
+    objs = [_obj(i, i, i + 5, i + 5, "man") for i in range(n_objects)]
+    rows = [_row("A", objs, [(0, 1), (n_objects - 1, 0), (1, 2)], [[.1, .2]] * 3),
+            _row("B", objs[:3], [(0, 1), (2, 1), (0, 1)], [[.1, .2]] * 3)]
+    with pytest.raises(SchemaError, match=r"row 1 \(image_id='B'\): pairs\[2\]: the same \(subject, object\) pair"):
+        validate_scene_graphs(_table(rows), name="sg")
+    rows[1]["pairs"][2] = {"subject": 2, "object": 0}
+    rows[1]["pair_scores"] = [[.1, .2]] * 3
+    assert list(validate_scene_graphs(_table(rows), name="sg")) == [n_objects, 3]
+
+
 def test_pairs_need_the_predicate_list_and_rows_are_unique():
     t = _table(_valid()).replace_schema_metadata(None)
     with pytest.raises(SchemaError, match="names no predicate list"):
