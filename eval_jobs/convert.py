@@ -54,6 +54,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import sys
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
@@ -406,6 +407,9 @@ def _only_score_sgb(cfg: ConvertConfig, bench, inline: _InlineSgb) -> dict:
     ids = _image_ids(cfg, bench)
     files = [str(f) for f in sgb_files(cfg.input)]
     workers = min(cfg.read_workers or len(os.sched_getaffinity(0)), len(files))
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        workers = 1  # a process connected to Ray is not forked: its shards are read here
     args = (cfg.dicts, inline.predicates, list(cfg.ks), cfg.chunk_scores)
     counts = {"images": 0, "objects": 0, "pairs": 0, "triplets": 0}
 
