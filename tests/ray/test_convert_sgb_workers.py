@@ -20,7 +20,12 @@ def test_ray_workers_score_as_one_process(ray_session, tmp_path, monkeypatch):
     import torch
 
     BoxList = boxlist_module(monkeypatch)
-    torch.save(random_boxlists(BoxList, 12, 1), tmp_path / "eval_results.pytorch")
+    boxes = random_boxlists(BoxList, 12, 1)
+    torch.save(boxes, tmp_path / "eval_results.pytorch")
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for k in range(3):
+        torch.save(boxes[4 * k:4 * k + 4], shards / f"part_{k}.pytorch")
     for name in SGB_MODULES:
         monkeypatch.delitem(sys.modules, name)
     dicts = tmp_path / "dicts.json"
@@ -44,3 +49,11 @@ def test_ray_workers_score_as_one_process(ray_session, tmp_path, monkeypatch):
         assert res[0]["scores"][mode] == res[3]["scores"][mode]
     a, b = (pq.read_table(res[w]["scores"]["per_image"]).drop(["system"]) for w in (0, 3))
     assert a.num_rows > 0 and a.equals(b)
+    # --only-score in a process connected to Ray does not fork readers (a forked Ray driver is
+    # unsafe): the shards are read here, with the same totals
+    only = main(ConvertConfig(source_format="sgb", input=str(shards), dicts=str(dicts), benchmark_reader="parquet",
+                              benchmark_path=str(corpus), out=str(tmp_path / "only.parquet"), score=True, ks=[1, 2, 20],
+                              only_score=True, read_workers=3))
+    assert only["read_workers"] == 1 and only["images"] == 12
+    for mode in ("graph_constrained", "unconstrained"):
+        assert only["scores"][mode] == res[0]["scores"][mode]
