@@ -14,6 +14,13 @@ and pending state instead.
 The input is a run folder of image records (``input_dir``, with or without relations) or your
 own images plus a boxes file (``images``, see :mod:`pipelines.annotate_input`).
 
+The driver plans from the image ids alone (:func:`plan_shards`: the ``image_id`` column of each
+input file, kept as the first id of each shard); Ray Data reads the records in its own tasks
+(:class:`WorkStage`; a boxes file is first copied, a chunk at a time, to a Parquet file of records
+under ``<out_dir>/spool/_input``), so the driver holds no record. A shard is written as
+soon as all its images are through; an input written in id order (as run folders are) completes
+shards steadily, one in another order completes them as their last images arrive.
+
 Shard membership is fixed by sorted image id, every per-image decision is a pure function of the
 image (seeded by its id), so after a crash a rerun processes only the unfinished shards, and
 after failed calls a rerun makes exactly those calls again; either way the corpus ends
@@ -23,6 +30,7 @@ the key is wrong) stops with :class:`AnnotationStopped` after writing what it fi
 
 from __future__ import annotations
 
+import bisect
 import json
 import shutil
 import sys
@@ -37,7 +45,8 @@ import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from actors.vlm.configs import VLMConfig
-from pipelines.annotate_input import ImagesInput, read_records
+from pipelines.annotate_input import (RECORDS_SCHEMA, ImagesInput, as_records, check_input_schema, iter_boxes_file,
+                                      read_records, source_columns, split_files)
 from pipelines.annotate_shards import (atomic_write, balance_shard, load_pending, read_failures,
                                        shard_paths, write_shard)
 from pipelines.annotate_stages import (VLM_PASSES, GateStage, MarkStage, ParseStage, PassesStage, PromptStage,
@@ -55,7 +64,7 @@ from relate.placement import ResourcesConfig, ray_remote_args
 from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA
 
 __all__ = ["AnnotateConfig", "AnnotateResult", "AnnotationStopped", "build_annotation", "main", "shard_plan",
-           "annotate_local"]
+           "plan_shards", "ShardPlan", "SplitPlan", "WorkStage", "annotate_local"]
 
 
 class AnnotationStopped(RuntimeError):
@@ -125,7 +134,11 @@ class AnnotateResult:
 
 
 def shard_plan(cfg: AnnotateConfig) -> pa.Table:
-    """All input image records with their split and shard (``<split>/part-NNNNN``), sorted by id."""
+    """All input image records with their split and shard (``<split>/part-NNNNN``), sorted by id.
+
+    For tests and :func:`annotate_local`: it holds every record. :func:`main` plans from the
+    image ids alone (:func:`plan_shards`, the same shards) and lets Ray Data read the records.
+    """
     tables = []
     for split, t in read_records(cfg.input_dir, cfg.splits, cfg.images).items():
         if cfg.limit:
@@ -133,9 +146,80 @@ def shard_plan(cfg: AnnotateConfig) -> pa.Table:
         shard = [f"{split}/part-{i // cfg.shard_size:05d}" for i in range(t.num_rows)]
         tables.append(t.append_column("shard", pa.array(shard, pa.string())))
     if not tables:
-        where = cfg.images.boxes_file if cfg.images else f"{cfg.input_dir} (splits {cfg.splits})"
-        raise FileNotFoundError(f"no input images in {where}")
+        raise FileNotFoundError(f"no input images in {_where(cfg)}")
     return pa.concat_tables(tables)
+
+
+def _where(cfg: AnnotateConfig) -> str:
+    return cfg.images.boxes_file if cfg.images else f"{cfg.input_dir} (splits {cfg.splits})"
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """The shards of one split, without its records: shard ``i`` holds the images whose ids sort
+    from ``starts[i]`` up to (not including) ``starts[i + 1]``, the last one up to ``last``."""
+
+    split: str
+    files: tuple[str, ...]  # Parquet files holding the split's records (read by Ray Data, not the driver)
+    starts: tuple[str, ...]  # first image id of each shard
+    last: str  # last image id annotated (the limit)
+    sizes: tuple[int, ...]  # images per shard
+
+    def shard(self, i: int) -> str:
+        return f"{self.split}/part-{i:05d}"
+
+    def shards_of(self, ids: Sequence[str]) -> list[str | None]:
+        """The shard of each image id (None: past the limit)."""
+        return [self.shard(bisect.bisect_right(self.starts, i) - 1) if self.starts[0] <= i <= self.last else None
+                for i in ids]
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    splits: tuple[SplitPlan, ...]
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Images per shard, every shard of the run."""
+        return {sp.shard(i): n for sp in self.splits for i, n in enumerate(sp.sizes)}
+
+
+def _input_files(cfg: AnnotateConfig, scratch: Path) -> dict[str, list[Path]]:
+    """Parquet files of image records per split: the run folder's own, or the boxes file written
+    as records under ``scratch`` (a chunk at a time)."""
+    if cfg.images is None:
+        return {split: files for split in cfg.splits if (files := split_files(cfg.input_dir, split))}
+    path = scratch / "_input" / cfg.images.split / "part-0.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(path, RECORDS_SCHEMA) as writer:
+        for chunk in iter_boxes_file(cfg.images):
+            writer.write_table(chunk)
+    return {cfg.images.split: [path]}
+
+
+def plan_shards(cfg: AnnotateConfig, files: dict[str, list[Path]]) -> ShardPlan:
+    """Shards from the image ids alone (only the ``image_id`` column of each file is read): the
+    same shards as :func:`shard_plan`, without holding a record."""
+    splits = []
+    for split, paths in files.items():
+        chunks = []
+        for f in paths:
+            check_input_schema(f, pq.read_schema(f))
+            chunks += pq.read_table(f, columns=["image_id"]).column("image_id").cast(pa.string()).chunks
+        ids = pa.chunked_array(chunks, pa.string()).combine_chunks()
+        ids = ids.take(pa.compute.array_sort_indices(ids))
+        if cfg.limit:
+            ids = ids.slice(0, cfg.limit)
+        if not len(ids):
+            continue
+        if len(ids) > 1 and pa.compute.any(pa.compute.equal(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py():
+            raise ValueError(f"{split}: image ids repeat in {[str(f) for f in paths]}; each image needs its own id")
+        n, size = len(ids), cfg.shard_size
+        splits.append(SplitPlan(split, tuple(str(f) for f in paths), tuple(ids.take(pa.array(range(0, n, size))).to_pylist()),
+                                ids[n - 1].as_py(), tuple(min(size, n - a) for a in range(0, n, size))))
+    if not splits:
+        raise FileNotFoundError(f"no input images in {_where(cfg)}")
+    return ShardPlan(tuple(splits))
 
 
 def _outcomes_table(batch: pa.Table) -> pa.Table:
@@ -202,47 +286,112 @@ def annotate_local(records: pa.Table, cfg: AnnotateConfig, out_dir: str | Path |
 
 _STATE = {"resume_from": (pa.int32(), 0), "attempts_before": (pa.int32(), 0), "cands_json": (pa.string(), "[]"),
           "counters_json": (pa.string(), "{}")}  # what a resumed image carries into the passes
+WORK_SCHEMA = pa.schema([*RECORDS_SCHEMA, pa.field("shard", pa.string()), *(pa.field(k, t) for k, (t, _) in _STATE.items())])
 
 
-def _with_state(t: pa.Table) -> pa.Table:
-    for name, (typ, default) in _STATE.items():
-        t = t.append_column(name, pa.array([default] * t.num_rows, typ))
-    return t
-
-
-def _resume_row(plan_row: dict, left: dict) -> dict:
-    """A failed image as a rerun's input: its record plus the state after its last good call."""
+def _resume_state(left: dict) -> dict:
+    """A failed image's state after its last good call (from its pending row): what a rerun resumes from."""
     f = json.loads(left["failure_json"])
-    return dict(plan_row, resume_from=VLM_PASSES.index(f["pass"]), attempts_before=int(f.get("attempts", 0)),
+    return dict(resume_from=VLM_PASSES.index(f["pass"]), attempts_before=int(f.get("attempts", 0)),
                 cands_json=left.get("cands_json") or "[]", counters_json=left.get("counters_json") or "{}")
 
 
-def _work(cfg: AnnotateConfig, plan: pa.Table) -> tuple[pa.Table, dict[str, list[dict]], int]:
-    """What this run annotates (input rows with resume state), the images earlier runs finished
-    in incomplete shards (carried), and how many shards were complete before."""
+class WorkStage:
+    """Rows of a split's input files -> this run's work rows (WORK_SCHEMA): each record with its
+    shard and resume state. Rows past the limit, and rows of shards that are done or carried
+    from an earlier run (except the images whose calls are to be made again), are dropped.
+    Runs in the Ray Data read tasks, so no record crosses the driver."""
+
+    def __init__(self, split: SplitPlan, skip: frozenset[str], resume: dict[str, dict]) -> None:
+        self.split, self.skip, self.resume = split, skip, resume
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        t = as_records(batch, self.split.split)
+        ids = t.column("image_id").to_pylist()
+        shards = self.split.shards_of(ids)
+        keep = [s is not None and (s not in self.skip or i in self.resume) for s, i in zip(shards, ids)]
+        if not any(keep):
+            return WORK_SCHEMA.empty_table()
+        t = t.append_column("shard", pa.array(shards, pa.string()))
+        for name, (typ, default) in _STATE.items():
+            t = t.append_column(name, pa.array([self.resume.get(i, {}).get(name, default) for i in ids], typ))
+        return t.filter(pa.array(keep)).cast(WORK_SCHEMA)
+
+
+@dataclass
+class _Work:
+    """What this run annotates, as the driver knows it: shard membership and state, no records."""
+
+    stages: list[WorkStage]  # one per split
+    expected: dict[str, int]  # shard -> images this run annotates in it
+    carried: int  # images earlier runs finished in incomplete shards
+    done_before: int  # shards complete before this run
+
+
+def _work(cfg: AnnotateConfig, plan: ShardPlan) -> _Work:
+    """What this run annotates: the shards not done before (every image), and in the incomplete
+    shards an earlier run left, the images whose calls failed (from their failed pass on)."""
     out = Path(cfg.out_dir)
-    shards = sorted(set(plan.column("shard").to_pylist()))
-    done = {s for s in shards if shard_paths(out, s).done()}
+    sizes = plan.sizes
+    done = {s for s in sizes if shard_paths(out, s).done()}
     for s in done:  # a run killed between the done marker and the clean-up left these behind
         shard_paths(out, s).pending.unlink(missing_ok=True)
         shard_paths(out, s).failures.unlink(missing_ok=True)
-    carried: dict[str, list[dict]] = {}
-    failed: dict[str, dict] = {}
-    for s in sorted(set(shards) - done):
+    carried, resume, expected = 0, {}, {}
+    for s in sorted(set(sizes) - done):
         left = load_pending(out, s)
-        if left is not None:
-            carried[s] = [r for r in left if not r.get("failure_json")]
-            failed.update({r["image_id"]: r for r in left if r.get("failure_json")})
-    shard_col = plan.column("shard").to_pylist()
-    keep = [s not in done and s not in carried for s in shard_col]
-    fresh = plan if all(keep) else plan.filter(pa.array(keep))  # a first run: no second copy of every record
-    parts = [_with_state(fresh)] if fresh.num_rows else []
-    if failed:
-        again = plan.filter(pa.array([i in failed for i in plan.column("image_id").to_pylist()])).to_pylist()
-        resumed = [_resume_row(r, failed[r["image_id"]]) for r in again]
-        parts.append(rows_to_table(resumed, _with_state(plan.slice(0, 0)).schema).select(_with_state(plan.slice(0, 0)).schema.names))
-    work = pa.concat_tables([p.cast(parts[0].schema) for p in parts]) if parts else _with_state(plan.slice(0, 0))
-    return work, carried, len(done)
+        if left is None:
+            expected[s] = sizes[s]
+            continue
+        carried += sum(1 for r in left if not r.get("failure_json"))
+        resume.update({r["image_id"]: _resume_state(r) for r in left if r.get("failure_json")})
+    skip = frozenset(done | {s for s in sizes if s not in done and s not in expected})
+    stages = []
+    for sp in plan.splits:
+        mine = {i: r for i, r in resume.items() if sp.shards_of([i])[0] in skip - done}
+        present = set()  # a failed image still in the input (and in its shard): it is annotated again
+        for f in sp.files if mine else ():
+            col = pq.read_table(f, columns=["image_id"]).column("image_id").cast(pa.string())
+            present.update(col.filter(pa.compute.is_in(col, pa.array(sorted(mine), pa.string()))).to_pylist())
+        mine = {i: r for i, r in mine.items() if i in present}
+        for i in mine:
+            s = sp.shards_of([i])[0]
+            expected[s] = expected.get(s, 0) + 1
+        stages.append(WorkStage(sp, skip, mine))
+    expected = {s: expected[s] for s in sorted(expected)}
+    return _Work(stages, expected, carried, len(done))
+
+
+def _read_work(stages: Sequence[WorkStage], shards: set[str]) -> dict[str, list[dict]]:
+    """The work rows of ``shards``, read here on the driver (a stopping run's last step)."""
+    rows: dict[str, list[dict]] = {}
+    want = pa.array(sorted(shards), pa.string())
+    for stage in stages:
+        for f in stage.split.files:
+            pf = pq.ParquetFile(f)
+            for b in pf.iter_batches(batch_size=4096, columns=source_columns(pf.schema_arrow)):
+                t = stage(pa.Table.from_batches([b]))
+                for r in t.filter(pa.compute.is_in(t.column("shard"), want)).to_pylist():
+                    rows.setdefault(r["shard"], []).append(r)
+    return rows
+
+
+def build_work(stages: Sequence[WorkStage], rows_per_block: int, remote_args: dict):
+    """The unmaterialised Ray Data source of the run: the input files read by Ray Data (only the
+    columns a record needs), turned into work rows in the read tasks, cut into blocks of
+    ``rows_per_block`` (one task per block downstream)."""
+    import ray
+
+    parts = []
+    for stage in stages:
+        groups: dict[tuple[str, ...], list[str]] = {}  # files with the same columns read together
+        for f in stage.split.files:
+            groups.setdefault(tuple(source_columns(pq.read_schema(f))), []).append(f)
+        for cols, files in groups.items():
+            ds = ray.data.read_parquet(files, columns=list(cols), partitioning=None, **remote_args)
+            parts.append(ds.map_batches(stage, batch_format="pyarrow", batch_size=None, **remote_args))
+    ds = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
+    return ds.repartition(target_num_rows_per_block=rows_per_block)
 
 
 def _final_stats(cfg: AnnotateConfig, shards: Sequence[str], extra: dict | None = None) -> dict:
@@ -272,13 +421,13 @@ def _final_stats(cfg: AnnotateConfig, shards: Sequence[str], extra: dict | None 
     return stats
 
 
-def _stopped(out: Path, work: pa.Table, unsubmitted: Sequence[str], gate: GateConfig) -> None:
+def _stopped(out: Path, stages: Sequence[WorkStage], unsubmitted: Sequence[str], gate: GateConfig) -> None:
     """Save what a stopping run finished: each shard with new images in the spool keeps them as
     pending, the images that did not come back listed as not run (a rerun annotates exactly those)."""
-    for s in unsubmitted:
-        if not spooled_rows(out, s):
-            continue  # nothing new: the shard's files (none, or an earlier run's pending) stand as they were
-        rest = work.filter(pa.compute.equal(work.column("shard"), s)).to_pylist()
+    shards = [s for s in unsubmitted if spooled_rows(out, s)]  # others: their files (none, or an earlier run's pending) stand
+    rows = _read_work(stages, set(shards)) if shards else {}
+    for s in shards:
+        rest = rows.get(s, [])
         finish_shard(out, s, gate, len(rest), missing_from=rest)
 
 
@@ -298,22 +447,24 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
     dump_config(cfg, out / "annotate_config.yaml")
     for stale in out.rglob(".*.tmp-*"):  # half-written files of a killed driver: never read, drop them
         stale.unlink(missing_ok=True)
-    plan = shard_plan(cfg)
-    all_shards = sorted(set(plan.column("shard").to_pylist()))
-    work, carried, skipped = _work(cfg, plan)
-    expected = dict(zip(*_counts(work)))
+    shutil.rmtree(spool_root(out), ignore_errors=True)  # a killed run's scratch: this run redoes it
+    # the driver plans from image ids and reads no record: Ray Data reads them in its tasks
+    plan = plan_shards(cfg, _input_files(cfg, spool_root(out)))
+    sizes = plan.sizes
+    all_shards = sorted(sizes)
+    work = _work(cfg, plan)
+    expected, skipped = work.expected, work.done_before
+    n_work = sum(expected.values())
     written = incomplete = 0
     name = run_name("annotate", cfg.out_dir)
-    print(f"[{name}] {plan.num_rows} images in {len(all_shards)} shards: {skipped} done before, {len(expected)} to "
-          f"annotate ({work.num_rows} images, {sum(map(len, carried.values()))} kept from earlier runs)", flush=True)
+    print(f"[{name}] {sum(sizes.values())} images in {len(all_shards)} shards: {skipped} done before, {len(expected)} to "
+          f"annotate ({n_work} images, {work.carried} kept from earlier runs)", flush=True)
     extra: dict = {}
-    if work.num_rows:
+    if n_work:
         if not ray.is_initialized():
             ray.init(ignore_reinit_error=True, log_to_driver=False)
-        shutil.rmtree(spool_root(out), ignore_errors=True)  # a killed run's scratch: this run redoes it
-        step = cfg.cpu_batch_size
         t_start = time.monotonic()
-        ds = build_annotation(ray.data.from_arrow([work.slice(i, step) for i in range(0, work.num_rows, step)]), cfg)
+        ds = build_annotation(build_work(work.stages, cfg.cpu_batch_size, ray_remote_args(cfg.cpu_resources)), cfg)
         # balancing and writing: in the same Ray task as the gate (spool), then one task per shard
         ds = ds.map_batches(SpoolStage(str(out)), batch_format="pyarrow", batch_size=cfg.cpu_batch_size,
                             **ray_remote_args(cfg.cpu_resources))
@@ -352,7 +503,7 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
             if running:  # shards already being written: let them finish (or fail) first
                 ray.wait(list(running), num_returns=len(running), timeout=120)
             submitted = set(running.values()) | {s for s in expected if shard_paths(out, s).done()}
-            _stopped(out, work, [s for s in expected if s not in submitted], cfg.gate)
+            _stopped(out, work.stages, [s for s in expected if s not in submitted], cfg.gate)
             _final_stats(cfg, all_shards)
             cause = _cause(exc)
             raise AnnotationStopped(f"annotation stopped: {cause}. Everything finished is on disk under {out} "
@@ -361,7 +512,7 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
         wall = time.monotonic() - t_start
         shutil.rmtree(spool_root(out), ignore_errors=True)  # every shard is written: only empty folders are left
         run_vlm = vlm_call_stats({"vlm": tally.counters})
-        extra["throughput"] = throughput(run_vlm, work.num_rows, wall, _gpus_held(cfg), cfg.cost.gpu_hour_usd)
+        extra["throughput"] = throughput(run_vlm, n_work, wall, _gpus_held(cfg), cfg.cost.gpu_hour_usd)
         extra["throughput"]["vlm_this_run"] = run_vlm
         print(f"[{name}] this run: {format_throughput_line(extra['throughput'])}", flush=True)
         stats = ray.get(ray.remote(_final_stats).options(**ray_remote_args(cfg.cpu_resources)).remote(cfg, all_shards, extra))
@@ -369,6 +520,7 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
         prev = out / "stats" / "annotation_stats.json"
         last = json.loads(prev.read_text()).get("throughput") if prev.exists() else None
         stats = _final_stats(cfg, all_shards, {"throughput": last} if last else None)
+        shutil.rmtree(spool_root(out), ignore_errors=True)  # the boxes file's records, when the input is one
     print(format_annotation_table(stats))
     fails = read_failures(out)
     n_inc = sum(1 for s in all_shards if not shard_paths(out, s).done())
@@ -398,11 +550,6 @@ def _cause(exc: BaseException) -> str:
         seen = seen.__cause__
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _counts(t: pa.Table) -> tuple[list[str], list[int]]:
-    vc = t.column("shard").value_counts().to_pylist() if t.num_rows else []
-    return [d["values"] for d in vc], [d["counts"] for d in vc]
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ from relate.config import StrictConfig
 from relate.data.corpus import SPLITS, corpus_dir
 from relate.schema import BOX_TYPE, RELATION_TYPE, SchemaError
 
-__all__ = ["ImagesInput", "read_records", "read_boxes_file"]
+__all__ = ["ImagesInput", "RECORDS_SCHEMA", "read_records", "read_boxes_file", "iter_boxes_file", "split_files",
+           "check_input_schema", "source_columns", "as_records"]
 
 _RECORD_FIELDS = [("image_id", pa.string()), ("uri", pa.string()), ("width", pa.int32()), ("height", pa.int32()),
                   ("source", pa.string()), ("split", pa.string()), ("boxes", pa.list_(BOX_TYPE)),
@@ -68,60 +69,93 @@ def _box(b, category, line: int, cfg: ImagesInput) -> dict:
                 is_body_part=low in {c.lower() for c in cfg.body_part_categories})
 
 
-def read_boxes_file(cfg: ImagesInput) -> pa.Table:
-    """The boxes file as image records (``reference`` empty), in file order."""
+def iter_boxes_file(cfg: ImagesInput, chunk_rows: int = 4096):
+    """The boxes file as image records (``reference`` empty), in file order, ``chunk_rows`` at a
+    time (only the image ids are kept across chunks, to refuse a repeated one)."""
     if cfg.split not in SPLITS:
         raise ValueError(f"images.split={cfg.split!r}; valid: {list(SPLITS)}")
     root, rows, seen = Path(cfg.images_dir), [], {}
     path = Path(cfg.boxes_file)
     if not path.is_file():
         raise FileNotFoundError(f"images.boxes_file {path} does not exist")
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} line {n}: not JSON ({exc})") from None
-        if not isinstance(d, dict) or "image" not in d or "boxes" not in d:
-            raise ValueError(f"{path} line {n}: needs 'image' and 'boxes' (optional: categories, image_id, width, height)")
-        cats = d.get("categories") or [None] * len(d["boxes"])
-        if len(cats) != len(d["boxes"]):
-            raise ValueError(f"{path} line {n}: {len(d['boxes'])} boxes but {len(cats)} categories")
-        image_id = str(d.get("image_id") or PurePosixPath(d["image"]).with_suffix("").as_posix())
-        if image_id in seen:
-            raise ValueError(f"{path} line {n}: image_id {image_id!r} repeats line {seen[image_id]}")
-        seen[image_id] = n
-        rows.append(dict(image_id=image_id, uri=str(root / d["image"]), width=int(d.get("width") or 0),
-                         height=int(d.get("height") or 0), source=cfg.source, split=cfg.split,
-                         boxes=[_box(b, c, n, cfg) for b, c in zip(d["boxes"], cats)], reference=[]))
-    return pa.Table.from_pylist(rows, schema=RECORDS_SCHEMA)
+    with open(path) as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path} line {n}: not JSON ({exc})") from None
+            if not isinstance(d, dict) or "image" not in d or "boxes" not in d:
+                raise ValueError(f"{path} line {n}: needs 'image' and 'boxes' (optional: categories, image_id, width, height)")
+            cats = d.get("categories") or [None] * len(d["boxes"])
+            if len(cats) != len(d["boxes"]):
+                raise ValueError(f"{path} line {n}: {len(d['boxes'])} boxes but {len(cats)} categories")
+            image_id = str(d.get("image_id") or PurePosixPath(d["image"]).with_suffix("").as_posix())
+            if image_id in seen:
+                raise ValueError(f"{path} line {n}: image_id {image_id!r} repeats line {seen[image_id]}")
+            seen[image_id] = n
+            rows.append(dict(image_id=image_id, uri=str(root / d["image"]), width=int(d.get("width") or 0),
+                             height=int(d.get("height") or 0), source=cfg.source, split=cfg.split,
+                             boxes=[_box(b, c, n, cfg) for b, c in zip(d["boxes"], cats)], reference=[]))
+            if len(rows) == chunk_rows:
+                yield pa.Table.from_pylist(rows, schema=RECORDS_SCHEMA)
+                rows = []
+    if rows:
+        yield pa.Table.from_pylist(rows, schema=RECORDS_SCHEMA)
+
+
+def read_boxes_file(cfg: ImagesInput) -> pa.Table:
+    """The boxes file as image records (``reference`` empty), in file order."""
+    return pa.concat_tables([RECORDS_SCHEMA.empty_table(), *iter_boxes_file(cfg)])
+
+
+def split_files(input_dir: str, split: str) -> list[Path]:
+    """The Parquet files of a split of a run folder, in name order."""
+    return sorted((corpus_dir(input_dir) / split).glob("*.parquet"))
+
+
+def check_input_schema(path: Path, schema: pa.Schema) -> None:
+    """Refuse an input file without the columns every record needs."""
+    missing = [n for n in ("image_id", "uri", "boxes") if n not in schema.names]
+    if missing:
+        raise SchemaError(f"{path}: missing column(s) {missing}; an input needs image_id, uri and boxes")
+
+
+def source_columns(schema: pa.Schema) -> list[str]:
+    """The columns of an input file that a record is made from (others are never read)."""
+    wanted = {"relations" if name == "reference" else name for name, _ in _RECORD_FIELDS}
+    return [n for n in schema.names if n in wanted]
+
+
+def as_records(t: pa.Table, split: str) -> pa.Table:
+    """Rows of an input file (any of its columns) as image records (RECORDS_SCHEMA); absent
+    optional columns get their defaults."""
+    cols = {}
+    for name, typ in _RECORD_FIELDS:
+        src = "relations" if name == "reference" else name
+        if src in t.column_names:
+            cols[name] = t.column(src).cast(typ)
+        elif name == "reference":
+            cols[name] = pa.array([[]] * t.num_rows, typ)
+        elif name == "split":
+            cols[name] = pa.array([split] * t.num_rows, typ)
+        elif name == "source":
+            cols[name] = pa.array(["user"] * t.num_rows, typ)
+        else:  # width/height: 0 = take the file's size when it is decoded
+            cols[name] = pa.array([0] * t.num_rows, typ)
+    return pa.table(cols, schema=RECORDS_SCHEMA)
 
 
 def _read_split(input_dir: str, split: str) -> pa.Table | None:
-    files = sorted((corpus_dir(input_dir) / split).glob("*.parquet"))
+    files = split_files(input_dir, split)
     if not files:
         return None
     tables = []
     for f in files:
         t = pq.read_table(f)
-        missing = [n for n in ("image_id", "uri", "boxes") if n not in t.column_names]
-        if missing:
-            raise SchemaError(f"{f}: missing column(s) {missing}; an input needs image_id, uri and boxes")
-        cols = {}
-        for name, typ in _RECORD_FIELDS:
-            src = "relations" if name == "reference" else name
-            if src in t.column_names:
-                cols[name] = t.column(src).cast(typ)
-            elif name == "reference":
-                cols[name] = pa.array([[]] * t.num_rows, typ)
-            elif name == "split":
-                cols[name] = pa.array([split] * t.num_rows, typ)
-            elif name == "source":
-                cols[name] = pa.array(["user"] * t.num_rows, typ)
-            else:  # width/height: 0 = take the file's size when it is decoded
-                cols[name] = pa.array([0] * t.num_rows, typ)
-        tables.append(pa.table(cols, schema=RECORDS_SCHEMA))
+        check_input_schema(f, t.schema)
+        tables.append(as_records(t, split))
     return pa.concat_tables(tables)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import ray
 from PIL import Image
 
 from pipelines.annotate import AnnotateConfig, annotate_local, main, shard_plan
@@ -56,10 +57,18 @@ def _read(out: Path, kind: str) -> pa.Table:
 
 
 @pytest.mark.slow
-def test_annotate_writes_shards_stats_and_skips_finished_shards(ray_session, tmp_path):
+def test_annotate_writes_shards_stats_and_skips_finished_shards(ray_session, tmp_path, monkeypatch):
     inp = _world(tmp_path / "world", 30)
     cfg = _cfg(inp, tmp_path / "out", generate=dict(batch_size=12, resources=dict(num_cpus=0.5)), cpu_batch_size=12)
+    # the driver plans from image ids alone: it reads no record and puts none into the object store
+    driver_reads, read_table = [], pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda src, *a, **kw: driver_reads.append((str(src), kw.get("columns")))
+                        or read_table(src, *a, **kw))
+    monkeypatch.setattr(ray.data, "from_arrow", lambda *a, **kw: pytest.fail("the driver put records into the store"))
     res = main(cfg)
+    monkeypatch.undo()
+    inputs = [c for src, c in driver_reads if src.startswith(str(inp))]
+    assert len(inputs) == 2 and all(c == ["image_id"] for c in inputs), driver_reads  # one file per split
     kept, rej = _read(Path(cfg.out_dir), "corpus"), _read(Path(cfg.out_dir), "rejections")
     assert kept.num_rows == rej.num_rows == 30 and kept.schema.equals(CORPUS_SCHEMA)
     assert rej.schema.equals(REJECTIONS_SCHEMA)
