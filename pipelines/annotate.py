@@ -16,8 +16,9 @@ own images plus a boxes file (``images``, see :mod:`pipelines.annotate_input`).
 
 The driver plans from the image ids alone (:func:`plan_shards`: the ``image_id`` column of each
 input file, kept as the first id of each shard); Ray Data reads the records in its own tasks
-(:class:`WorkStage`; a boxes file is first copied, a chunk at a time, to a Parquet file of records
-under ``<out_dir>/spool/_input``), so the driver holds no record. A shard is written as
+(:class:`ReadStage`, one input row group each, then :class:`WorkStage`; a boxes file is first
+copied, a chunk at a time, to a Parquet file of records under ``<out_dir>/spool/_input``), so the
+driver holds no record. A shard is written as
 soon as all its images are through; an input written in id order (as run folders are) completes
 shards steadily, one in another order completes them as their last images arrive.
 
@@ -63,8 +64,8 @@ from relate.jobinfo import Progress, run_name
 from relate.placement import ResourcesConfig, ray_remote_args
 from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA
 
-__all__ = ["AnnotateConfig", "AnnotateResult", "AnnotationStopped", "build_annotation", "main", "shard_plan",
-           "plan_shards", "ShardPlan", "SplitPlan", "WorkStage", "annotate_local"]
+__all__ = ["AnnotateConfig", "AnnotateResult", "AnnotationStopped", "build_annotation", "build_work", "main",
+           "shard_plan", "plan_shards", "ShardPlan", "SplitPlan", "WorkStage", "ReadStage", "annotate_local"]
 
 
 class AnnotationStopped(RuntimeError):
@@ -376,22 +377,37 @@ def _read_work(stages: Sequence[WorkStage], shards: set[str]) -> dict[str, list[
     return rows
 
 
+class ReadStage:
+    """One row group of an input file per row in, its work rows out (:class:`WorkStage`): the
+    records are read here, in a Ray task, only the columns a record needs."""
+
+    def __init__(self, stages: Sequence[WorkStage]) -> None:
+        self.stages = {st.split.split: st for st in stages}
+
+    def __call__(self, units: pa.Table):
+        for split, path, group in zip(*(units.column(c).to_pylist() for c in ("split", "path", "row_group"))):
+            pf = pq.ParquetFile(path)
+            yield self.stages[split](pf.read_row_group(group, columns=source_columns(pf.schema_arrow)))
+
+
 def build_work(stages: Sequence[WorkStage], rows_per_block: int, remote_args: dict):
-    """The unmaterialised Ray Data source of the run: the input files read by Ray Data (only the
-    columns a record needs), turned into work rows in the read tasks, cut into blocks of
-    ``rows_per_block`` (one task per block downstream)."""
+    """The unmaterialised Ray Data source of the run: one small row per row group of the input
+    files (the only thing the driver puts into the object store), read and turned into work rows
+    in Ray tasks with ``remote_args``, cut into blocks of ``rows_per_block`` (one task per block
+    downstream). ``ray.data.read_parquet`` is not used: its file listing asks a whole CPU, which a
+    small cluster whose CPUs the annotator actors hold may never free."""
     import ray
 
-    parts = []
-    for stage in stages:
-        groups: dict[tuple[str, ...], list[str]] = {}  # files with the same columns read together
-        for f in stage.split.files:
-            groups.setdefault(tuple(source_columns(pq.read_schema(f))), []).append(f)
-        for cols, files in groups.items():
-            ds = ray.data.read_parquet(files, columns=list(cols), partitioning=None, **remote_args)
-            parts.append(ds.map_batches(stage, batch_format="pyarrow", batch_size=None, **remote_args))
-    ds = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
-    return ds.repartition(target_num_rows_per_block=rows_per_block)
+    units = [dict(split=st.split.split, path=f, row_group=g) for st in stages for f in st.split.files
+             for g in range(pq.ParquetFile(f).metadata.num_row_groups)]
+    ds = ray.data.from_items(units, override_num_blocks=len(units))
+    ds = ds.map_batches(ReadStage(stages), batch_format="pyarrow", batch_size=1, **remote_args)
+    ds = ds.repartition(target_num_rows_per_block=rows_per_block)
+    # Ray Data gives the repartition tasks a whole CPU and no public argument to change it: on a
+    # small cluster whose CPUs the annotator actors hold they would never start (same as the file
+    # listing of read_parquet), so they ask what the other CPU stages ask
+    ds._logical_plan.dag.ray_remote_args.update(remote_args)
+    return ds
 
 
 def _final_stats(cfg: AnnotateConfig, shards: Sequence[str], extra: dict | None = None) -> dict:
