@@ -406,6 +406,7 @@ def _only_score_sgb(cfg: ConvertConfig, bench, inline: _InlineSgb) -> dict:
 
     ids = _image_ids(cfg, bench)
     files = [str(f) for f in sgb_files(cfg.input)]
+    Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)  # where the per-image rows go
     workers = min(cfg.read_workers or len(os.sched_getaffinity(0)), len(files))
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():

@@ -183,9 +183,9 @@ def test_sgb_shard_folder_scores_as_one_file_with_per_image_rows(tmp_path, monke
     # file in this process), credited here, nothing converted written: the same totals and rows
     for name, src, workers in (("only_one", tmp_path / "eval_results.pytorch", None), ("only_shards", shards, 2)):
         res[name] = main(ConvertConfig(source_format="sgb", input=str(src), dicts=str(dicts), benchmark_reader="parquet",
-                                       benchmark_path=corpus, out=str(tmp_path / f"{name}.parquet"), score=True,
+                                       benchmark_path=corpus, out=str(tmp_path / name / "sg.parquet"), score=True,
                                        ks=[1, 5, 20], chunk_scores=30, only_score=True, read_workers=workers))
-        assert not (tmp_path / f"{name}.parquet").exists() and res[name]["images"] == 5
+        assert not (tmp_path / name / "sg.parquet").exists() and res[name]["images"] == 5
         for mode in ("graph_constrained", "unconstrained"):
             assert res[name]["scores"][mode] == res["one"]["scores"][mode]
         assert pq.read_table(res[name]["scores"]["per_image"]).drop(["system"]).equals(
