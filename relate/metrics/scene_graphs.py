@@ -36,7 +36,8 @@ from relate.schema import (SCENE_GRAPHS_SCHEMA, SchemaError, one_array, scene_gr
                            to_table, validate_scene_graphs)
 
 __all__ = ["SceneGraphs", "load_scene_graphs", "evaluate_scene_graphs", "labels_scored", "sgb_dense_hits",
-           "sgb_dense_hits_modes", "sgb_dense_result", "sgb_rank_modes", "label_columns"]
+           "sgb_dense_hits_modes", "sgb_dense_result", "sgb_rank_modes", "label_columns",
+           "check_sgb_labels"]
 
 
 @dataclass(frozen=True)
@@ -151,10 +152,15 @@ def dense_to_predictions(sg: SceneGraphs, gt: GroundTruth, *, graph_constrained:
 
 
 def _check_labels(sg: SceneGraphs) -> None:
-    none = np.flatnonzero(np.equal(sg.objects.categories, None))
+    check_sgb_labels(sg.objects.categories, sg.objects.box_offsets, sg.source)
+
+
+def check_sgb_labels(categories: np.ndarray, box_offsets: np.ndarray, source: str) -> None:
+    """Refuse objects without a label under ``sgb`` (``box_offsets``: each image's first object)."""
+    none = np.flatnonzero(np.equal(categories, None))
     if none.size:
-        img = int(np.searchsorted(sg.objects.box_offsets, none[0], side="right") - 1)
-        raise ValueError(f"{sg.source}: protocol 'sgb' links boxes by label, but {none.size} object(s) have a null "
+        img = int(np.searchsorted(box_offsets, none[0], side="right") - 1)
+        raise ValueError(f"{source}: protocol 'sgb' links boxes by label, but {none.size} object(s) have a null "
                          f"label (first in image index {img}); convert with labels or use protocol 'paper'")
 
 

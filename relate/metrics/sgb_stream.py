@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 from relate.metrics._boxmatch import Detections
 from relate.metrics._tables import GroundTruth, Predictions
 from relate.metrics.recall import RecallResult
-from relate.metrics.scene_graphs import (SceneGraphs, _check_labels, label_columns, load_scene_graphs,
-                                         sgb_dense_hits_modes, sgb_dense_result, sgb_rank_modes)
+from relate.metrics.scene_graphs import (SceneGraphs, _check_labels, check_sgb_labels, label_columns,
+                                         load_scene_graphs, sgb_dense_hits_modes, sgb_dense_result, sgb_rank_modes)
 from relate.metrics.sgb import _label_set, credit, credit_index
 from relate.schema import SchemaError
 
@@ -155,11 +155,7 @@ def sgb_rank_arrays(n_objects: np.ndarray, boxes: np.ndarray, labels: Sequence[s
     validated; ``columns`` names the score columns) in both modes against ``label_set``."""
     n_objects, n_pairs = np.asarray(n_objects, np.int64), np.asarray(n_pairs, np.int64)
     labels = np.asarray(list(labels), dtype=object)
-    none = np.flatnonzero(np.equal(labels, None))
-    if none.size:
-        img = int(np.searchsorted(np.cumsum(n_objects), none[0], side="right"))
-        raise ValueError(f"{name}: protocol 'sgb' links boxes by label, but {none.size} object(s) have a null "
-                         f"label (first in image {img} of the batch); convert with labels or use protocol 'paper'")
+    check_sgb_labels(labels, np.concatenate([[0], np.cumsum(n_objects)]), name)
     index = {str(p): i for i, p in enumerate(label_set)}
     lab, scores, n_unscored = label_columns(columns, index, np.asarray(pair_scores, np.float32).reshape(
         len(pairs), len(columns)))
