@@ -181,8 +181,9 @@ def _one_size(input_dir: str, out_dir: str, n: int, log: str) -> dict[str, float
     """One job of ``n`` records on a fresh Ray instance, in a process of its own."""
     import ray
 
-    from pipelines.annotate import AnnotateConfig, main
+    from pipelines.annotate import AnnotateConfig, lean_driver, main
 
+    lean_driver()  # as `python -m pipelines.annotate` sets up its driver
     with open(log, "w") as fh, contextlib.redirect_stdout(fh):  # thousands of progress lines: kept out of the JSON
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:

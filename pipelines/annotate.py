@@ -65,7 +65,8 @@ from relate.placement import ResourcesConfig, ray_remote_args
 from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA
 
 __all__ = ["AnnotateConfig", "AnnotateResult", "AnnotationStopped", "build_annotation", "build_work", "main",
-           "shard_plan", "plan_shards", "ShardPlan", "SplitPlan", "WorkStage", "ReadStage", "annotate_local"]
+           "shard_plan", "plan_shards", "ShardPlan", "SplitPlan", "WorkStage", "ReadStage", "read_units",
+           "mark_stage", "lean_driver", "annotate_local"]
 
 
 class AnnotationStopped(RuntimeError):
@@ -106,6 +107,7 @@ class AnnotateConfig(StrictConfig):
     gate: GateConfig = Field(default_factory=GateConfig, description="Algorithm 1 thresholds and balancing.")
     topup: TopUpConfig = Field(default_factory=TopUpConfig, description="Geometric top-up of sparse images.")
     cpu_batch_size: int = Field(32, ge=1, description="Images per batch in the CPU stages (markers, parse, gate).")
+    read_rows: int = Field(512, ge=1, description="Input records per read task (a slice of one row group): each task reads them, draws their markers and passes them on in blocks of cpu_batch_size, so no record waits in the driver.")
     cpu_resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.25), description="Per task of the CPU stages (markers, prompts, parse, gate) and of the per-shard balance-and-write tasks.")
     cost: CostConfig = Field(default_factory=CostConfig, description="Price per GPU-hour for the run's cost estimate.")
 
@@ -229,11 +231,19 @@ def _outcomes_table(batch: pa.Table) -> pa.Table:
     return rows_to_table(vllm_outcomes(batch), batch.schema)
 
 
-def build_annotation(ds, cfg: AnnotateConfig):
-    """The unmaterialised Ray Data graph: image records in, gated rows (relations, rejected) out."""
+def mark_stage(cfg: AnnotateConfig) -> MarkStage:
+    return MarkStage(cfg.id_base, cfg.outlines, cfg.duplicate_person_rate, cfg.seed)
+
+
+def build_annotation(ds, cfg: AnnotateConfig, marked: bool = False):
+    """The unmaterialised Ray Data graph: image records in, gated rows (relations, rejected) out.
+
+    ``marked``: ``ds`` is :func:`build_work`'s, whose read tasks already drew the markers.
+    """
     import ray
     cpu = dict(batch_format="pyarrow", batch_size=cfg.cpu_batch_size, **ray_remote_args(cfg.cpu_resources))
-    ds = ds.map_batches(MarkStage(cfg.id_base, cfg.outlines, cfg.duplicate_person_rate, cfg.seed), **cpu)
+    if not marked:
+        ds = ds.map_batches(mark_stage(cfg), **cpu)
     gen = cfg.generate
     if cfg.vlm.backend == "vllm":
         from actors.vlm.vllm_data import build_vllm_processor
@@ -265,9 +275,9 @@ def annotate_local(records: pa.Table, cfg: AnnotateConfig, out_dir: str | Path |
     """
     if cfg.vlm.backend == "vllm":
         raise ValueError("annotate_local cannot run the vllm backend; use main() on a Ray cluster")
-    mark = MarkStage(cfg.id_base, cfg.outlines, cfg.duplicate_person_rate, cfg.seed)
     passes = PassesStage(cfg.vlm.model_dump(), cfg.id_base, cfg.prompt_dir)
     gate = GateStage(cfg.gate.model_copy(update={"balance": False}), cfg.topup)
+    mark = mark_stage(cfg)
     rows: list[dict] = []
     for i in range(0, records.num_rows, cfg.cpu_batch_size):
         rows += gate(passes(mark(records.slice(i, cfg.cpu_batch_size)))).to_pylist()
@@ -378,30 +388,62 @@ def _read_work(stages: Sequence[WorkStage], shards: set[str]) -> dict[str, list[
 
 
 class ReadStage:
-    """One row group of an input file per row in, its work rows out (:class:`WorkStage`): the
-    records are read here, in a Ray task, only the columns a record needs."""
+    """Read units in (one slice of an input row group each), marked work rows out: the slice's
+    records are read here, in a Ray task, only the columns a record needs, turned into work rows
+    (:class:`WorkStage`) and passed to ``mark`` (:class:`MarkStage`) ``rows_per_block`` at a time."""
 
-    def __init__(self, stages: Sequence[WorkStage]) -> None:
+    def __init__(self, stages: Sequence[WorkStage], rows_per_block: int, mark=None) -> None:
         self.stages = {st.split.split: st for st in stages}
+        self.rows_per_block, self.mark = rows_per_block, mark
 
     def __call__(self, units: pa.Table):
-        for split, path, group in zip(*(units.column(c).to_pylist() for c in ("split", "path", "row_group"))):
+        cols = ("split", "path", "row_group", "start", "stop")
+        for split, path, group, start, stop in zip(*(units.column(c).to_pylist() for c in cols)):
             pf = pq.ParquetFile(path)
-            yield self.stages[split](pf.read_row_group(group, columns=source_columns(pf.schema_arrow)))
+            at = 0  # iter_batches decodes from the start of the row group: skip to the slice
+            for b in pf.iter_batches(batch_size=self.rows_per_block, row_groups=[group],
+                                     columns=source_columns(pf.schema_arrow)):
+                lo, hi = max(start - at, 0), min(stop - at, b.num_rows)
+                at += b.num_rows
+                if hi > lo:
+                    t = self.stages[split](pa.Table.from_batches([b.slice(lo, hi - lo)]))
+                    if t.num_rows:
+                        yield self.mark(t) if self.mark is not None else t
+                if at >= stop:
+                    break
 
 
-def build_work(stages: Sequence[WorkStage], rows_per_block: int, remote_args: dict):
-    """The unmaterialised Ray Data source of the run: one small row per row group of the input
-    files (the only thing the driver puts into the object store), read and turned into work rows
-    in Ray tasks with ``remote_args``, cut into blocks of ``rows_per_block`` (one task per block
-    downstream). ``ray.data.read_parquet`` is not used: its file listing asks a whole CPU, which a
-    small cluster whose CPUs the annotator actors hold may never free."""
+def read_units(stages: Sequence[WorkStage], read_rows: int) -> list[dict]:
+    """The read tasks of a run: every row group of every input file, cut in slices of at most
+    ``read_rows`` records (``start``/``stop`` within the group)."""
+    units = []
+    for st in stages:
+        for f in st.split.files:
+            meta = pq.ParquetFile(f).metadata
+            for g in range(meta.num_row_groups):
+                n = meta.row_group(g).num_rows
+                units += [dict(split=st.split.split, path=f, row_group=g, start=a, stop=min(a + read_rows, n))
+                          for a in range(0, n, read_rows)]
+    return units
+
+
+def build_work(stages: Sequence[WorkStage], read_rows: int, rows_per_block: int, remote_args: dict, mark=None):
+    """The unmaterialised Ray Data source of the run: one small row per read unit
+    (:func:`read_units`, the only thing the driver puts into the object store), read, turned into
+    work rows and marked by ``mark`` in Ray tasks with ``remote_args``, cut into blocks of
+    ``rows_per_block`` (one task per block downstream).
+
+    Reading and marking share a task so that records never wait between them: a block of a few
+    dozen records is small enough for Ray to keep in its owner's (the driver's) heap instead of the
+    object store, and reads run far ahead of the model calls, so a separate read stage parked the
+    whole input in the driver (measured: ~2 KB a record). Marked blocks carry images and go to the
+    object store. ``ray.data.read_parquet`` is not used: its file listing asks a whole CPU, which
+    a small cluster whose CPUs the annotator actors hold may never free."""
     import ray
 
-    units = [dict(split=st.split.split, path=f, row_group=g) for st in stages for f in st.split.files
-             for g in range(pq.ParquetFile(f).metadata.num_row_groups)]
+    units = read_units(stages, read_rows)
     ds = ray.data.from_items(units, override_num_blocks=len(units))
-    ds = ds.map_batches(ReadStage(stages), batch_format="pyarrow", batch_size=1, **remote_args)
+    ds = ds.map_batches(ReadStage(stages, rows_per_block, mark), batch_format="pyarrow", batch_size=1, **remote_args)
     ds = ds.repartition(target_num_rows_per_block=rows_per_block)
     # Ray Data gives the repartition tasks a whole CPU and no public argument to change it: on a
     # small cluster whose CPUs the annotator actors hold they would never start (same as the file
@@ -480,7 +522,8 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
         if not ray.is_initialized():
             ray.init(ignore_reinit_error=True, log_to_driver=False)
         t_start = time.monotonic()
-        ds = build_annotation(build_work(work.stages, cfg.cpu_batch_size, ray_remote_args(cfg.cpu_resources)), cfg)
+        ds = build_annotation(build_work(work.stages, cfg.read_rows, cfg.cpu_batch_size, ray_remote_args(cfg.cpu_resources),
+                                         mark_stage(cfg)), cfg, marked=True)
         # balancing and writing: in the same Ray task as the gate (spool), then one task per shard
         ds = ds.map_batches(SpoolStage(str(out)), batch_format="pyarrow", batch_size=cfg.cpu_batch_size,
                             **ray_remote_args(cfg.cpu_resources))
@@ -553,6 +596,24 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
     return AnnotateResult(out, stats, written, skipped, n_inc, fails)
 
 
+def lean_driver() -> None:
+    """Allocator settings for the process that drives a run (the job's entrypoint calls this; the
+    ``annotate_scale`` benchmark measures why, docs/performance.md). The driver handles only
+    small objects, but hundreds of thousands of them over a long run: Arrow's bundled mimalloc kept
+    the freed pages of the small tables the driver deserialises (about 0.9 KB per annotated
+    record), and glibc left holes in its heaps where Ray's buffers of a few tens of KB had been
+    (about 0.6 KB per record). So Arrow allocates from the system allocator, and glibc maps every
+    block from 64 KiB up on its own and unmaps it when freed. Process-wide, so not applied by
+    :func:`main` itself (a test or notebook calling it keeps its own allocators)."""
+    import ctypes
+
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD (fixed: no dynamic raise)
+    except (OSError, AttributeError):  # not glibc: its allocator has its own return policy
+        pass
+
+
 def _cause(exc: BaseException) -> str:
     """The message of the error that stopped the run, dug out of Ray's wrappers (which put the
     worker's traceback first and their own advice last)."""
@@ -572,5 +633,6 @@ if __name__ == "__main__":
     # run through the importable module, not __main__, so Ray workers unpickle stages and configs by reference
     import pipelines.annotate as _job
 
+    _job.lean_driver()
     _res = _job.main(parse_job_args(_job.AnnotateConfig, sys.argv[1:], description=__doc__.splitlines()[0]))
     sys.exit(0 if _res.complete else 3)  # failed calls are listed; a nonzero exit makes the job show it

@@ -71,3 +71,37 @@ def test_work_skips_done_shards_and_resumes_failed_images_only(tmp_path):
     assert again["image_id"] == failed["image_id"] and again["resume_from"] == 1 and again["attempts_before"] == 3
     assert again["cands_json"] == "[1]" and len(again["boxes"]) == len(part1[2]["boxes"])  # the record, from the input
     assert all(r["resume_from"] == 0 for r in rows["train/part-00002"])
+
+
+def test_read_tasks_cover_each_record_once_in_slices_and_mark_them_in_the_task(tmp_path):
+    """A row group larger than ``read_rows`` is read in slices, each record by exactly one read
+    task, and the marker stage runs in the same task on blocks of ``rows_per_block`` (so records
+    never wait between reading and marking, where Ray would keep them in the driver's heap)."""
+    import pyarrow as pa
+
+    from pipelines.annotate import ReadStage, read_units
+
+    inp = _corpus(tmp_path / "in", 23)  # part-0: 12 records, part-1: 11, one row group each
+    pq.write_table(pq.read_table(inp / "corpus" / "train" / "part-0.parquet"), inp / "corpus" / "train" / "part-0.parquet",
+                   row_group_size=7)  # groups of 7 and 5
+    cfg = AnnotateConfig(input_dir=str(inp), out_dir=str(tmp_path / "out"), splits=["train"], shard_size=4)
+    work = _work(cfg, plan_shards(cfg, _input_files(cfg, tmp_path / "scratch")))
+    units = read_units(work.stages, read_rows=3)
+    spans = sorted((Path(u["path"]).name, u["row_group"], u["start"], u["stop"]) for u in units)
+    assert spans == [("part-0.parquet", 0, 0, 3), ("part-0.parquet", 0, 3, 6), ("part-0.parquet", 0, 6, 7),
+                     ("part-0.parquet", 1, 0, 3), ("part-0.parquet", 1, 3, 5),
+                     ("part-1.parquet", 0, 0, 3), ("part-1.parquet", 0, 3, 6), ("part-1.parquet", 0, 6, 9),
+                     ("part-1.parquet", 0, 9, 11)]
+    calls = []
+
+    def mark(t: pa.Table) -> pa.Table:
+        calls.append(t.num_rows)
+        return t.append_column("marked", pa.array([True] * t.num_rows))
+
+    read = ReadStage(work.stages, rows_per_block=2, mark=mark)
+    blocks = [b for u in units for b in read(pa.Table.from_pylist([u]))]
+    ids = [i for b in blocks for i in b.column("image_id").to_pylist()]
+    expected = _read_work(work.stages, set(work.expected))
+    assert sorted(ids) == sorted(r["image_id"] for v in expected.values() for r in v)  # every record once
+    assert all(b.column("marked").to_pylist() == [True] * b.num_rows for b in blocks)
+    assert calls == [b.num_rows for b in blocks] and max(calls) == 2  # marked in the task, two rows at a time
