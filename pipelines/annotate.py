@@ -54,7 +54,7 @@ from pipelines.annotate_stages import (VLM_PASSES, GateStage, MarkStage, ParseSt
                                        merge_counters, rows_to_table)
 from pipelines.annotate_writer import RunTally, SpoolStage, finish_shard, spool_root, spooled_rows
 from pipelines.vlm_calls import STOP_KINDS
-from relate.annotation_stats import (annotation_statistics, format_annotation_table, format_throughput_line, format_usage_line,
+from relate.annotation_stats import (AnnotationTally, format_annotation_table, format_throughput_line, format_usage_line,
                                      format_vlm_line, throughput, vlm_call_stats)
 from relate.config import StrictConfig, dump_config, parse_job_args
 from relate.storage import Location
@@ -62,7 +62,6 @@ from relate.data.corpus import SPLITS
 from relate.gate import GateConfig, TopUpConfig
 from relate.jobinfo import Progress, run_name
 from relate.placement import ResourcesConfig, ray_remote_args
-from relate.schema import CORPUS_SCHEMA, REJECTIONS_SCHEMA
 
 __all__ = ["AnnotateConfig", "AnnotateResult", "AnnotationStopped", "build_annotation", "build_work", "main",
            "shard_plan", "plan_shards", "ShardPlan", "SplitPlan", "WorkStage", "ReadStage", "read_units",
@@ -456,18 +455,16 @@ def _final_stats(cfg: AnnotateConfig, shards: Sequence[str], extra: dict | None 
     """Run statistics over the complete shards, plus the calls and failures of incomplete ones
     (and ``extra``, e.g. this run's throughput), written to ``stats/annotation_stats.json``."""
     out = Path(cfg.out_dir)
-    kept, rej, counters = [], [], {}
+    tally, counters = AnnotationTally(), {}  # one shard at a time: memory flat in the corpus size
     for s in sorted(shards):
         p = shard_paths(out, s)
         if p.done():
-            kept.append(pq.read_table(p.kept))
-            rej.append(pq.read_table(p.rejected))
+            tally.add(pq.read_table(p.kept), pq.read_table(p.rejected))
             counters = merge_counters(counters, json.loads(p.stats.read_text()))
         else:
             for r in load_pending(out, s) or []:
                 counters = merge_counters(counters, {"vlm": json.loads(r.get("counters_json") or "{}").get("vlm", {})})
-    stats = annotation_statistics(pa.concat_tables(kept) if kept else CORPUS_SCHEMA.empty_table(),
-                                  pa.concat_tables(rej) if rej else REJECTIONS_SCHEMA.empty_table(), counters)
+    stats = tally.statistics(counters)
     fails = read_failures(out)
     outstanding = {}
     for k in fails.column("kind").to_pylist():

@@ -11,18 +11,18 @@ failed by kind, including failures still waiting for a rerun.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from relate.corpus_stats import corpus_statistics
+from relate.corpus_stats import CorpusTally, corpus_statistics
 from relate.data.gate_hard_cases import HARD_TAG, format_hard_case_table, score_hard_cases
 from relate.gate_canonical import default_map
 
 __all__ = ["IMAGE_RULES", "vlm_call_stats", "format_vlm_line", "pass_usage", "latency_percentiles", "throughput",
-           "format_usage_line", "format_throughput_line", "corpus_table20", "direction_balance", "gate_scoring", "geometry_audit", "annotation_statistics",
+           "format_usage_line", "format_throughput_line", "corpus_table20", "direction_balance", "gate_scoring", "geometry_audit", "annotation_statistics", "AnnotationTally",
            "format_annotation_table"]
 
 # image-level rejection rules: the image never reached the VLM (subject = object = -1 in the row)
@@ -43,7 +43,7 @@ def corpus_table20(table: pa.Table) -> dict:
     return corpus_statistics(table)
 
 
-def direction_balance(predicates: list[str]) -> dict:
+def direction_balance(predicates: Iterable[str]) -> dict:
     """Counts of each side of left/right, above/below, front/behind and their relative gap."""
     cm = default_map()
     cnt: Counter = Counter()
@@ -87,14 +87,14 @@ def gate_scoring(tags: Mapping[str, Mapping[str, int]], rules_on_clean: Mapping[
     return {"per_error_kind": per_kind, "per_rule": per_rule}
 
 
-def geometry_audit(table: pa.Table) -> dict:
-    """The post-gate guarantees of §4.1, measured on the written corpus: containment and contact
-    relations on disjoint boxes, duplicate triples, self-loops."""
+_AUDIT_COUNTS = ("contact", "contact_disjoint", "containment", "containment_disjoint", "duplicate_triples", "self_loops")
+
+
+def _audit_counts(table: pa.Table) -> Counter:
     from relate import geometry as G
 
     cm = default_map()
-    n = {"contact": 0, "contact_disjoint": 0, "containment": 0, "containment_disjoint": 0, "duplicate_triples": 0,
-         "self_loops": 0}
+    n: Counter = Counter({k: 0 for k in _AUDIT_COUNTS})
     for boxes, rels in zip(table.column("boxes").to_pylist(), table.column("relations").to_pylist()):
         b = np.array([[x["x1"], x["y1"], x["x2"], x["y2"]] for x in boxes], float).reshape(-1, 4)
         triples = [(r["subject"], r["predicate"], r["object"]) for r in rels]
@@ -112,37 +112,72 @@ def geometry_audit(table: pa.Table) -> dict:
             if f.kind == "containment":
                 n["containment"] += 1
                 n["containment_disjoint"] += disjoint
-    n["contact_disjoint_share"] = n["contact_disjoint"] / max(n["contact"], 1)
-    n["containment_disjoint_share"] = n["containment_disjoint"] / max(n["containment"], 1)
     return n
+
+
+def _audit(n: Mapping[str, int]) -> dict:
+    out = {k: int(n.get(k, 0)) for k in _AUDIT_COUNTS}
+    out["contact_disjoint_share"] = out["contact_disjoint"] / max(out["contact"], 1)
+    out["containment_disjoint_share"] = out["containment_disjoint"] / max(out["containment"], 1)
+    return out
+
+
+def geometry_audit(table: pa.Table) -> dict:
+    """The post-gate guarantees of §4.1, measured on the written corpus: containment and contact
+    relations on disjoint boxes, duplicate triples, self-loops."""
+    return _audit(_audit_counts(table))
+
+
+class AnnotationTally:
+    """:func:`annotation_statistics` of a corpus read a shard at a time (the annotation job's
+    final statistics): every figure is built from counts, so the tally holds counts, never rows,
+    and its memory does not grow with the corpus."""
+
+    def __init__(self) -> None:
+        self.corpus = CorpusTally()
+        self.predicates: Counter = Counter()
+        self.gates: Counter = Counter()
+        self.audit: Counter = Counter()
+        self.rules: Counter = Counter()  # rejection rules, image-level ones included
+
+    def add(self, kept: pa.Table, rejected: pa.Table | None = None) -> "AnnotationTally":
+        self.corpus.add(kept)
+        for r in pc.list_flatten(kept.column("relations")).to_pylist() if kept.num_rows else []:
+            self.predicates[r["predicate"]] += 1
+            self.gates[r["gate"]] += 1
+        self.audit.update(_audit_counts(kept))
+        if rejected is not None and rejected.num_rows:
+            self.rules.update(r["rule"] for r in pc.list_flatten(rejected.column("rejected")).to_pylist())
+        return self
+
+    def statistics(self, counters: Mapping) -> dict:
+        stats = self.corpus.statistics()
+        stats["direction_balance"] = direction_balance(self.predicates.elements())
+        stats["geometry_audit"] = _audit(self.audit)
+        stats["gate_outcomes"] = dict(self.gates)
+        stats["images_rejected"] = {k: v for k, v in sorted(self.rules.items()) if k in IMAGE_RULES}
+        rej = {k: v for k, v in sorted(self.rules.items()) if k not in IMAGE_RULES}
+        stats["rejections_per_rule"] = rej
+        n_kept, n_rej = sum(self.predicates.values()), sum(rej.values())
+        stats["candidates"] = n_kept + n_rej
+        stats["rejected_share"] = n_rej / max(n_kept + n_rej, 1)
+        stats["unchecked_share_of_kept"] = counters.get("unchecked", 0) / max(n_kept, 1)
+        stats["outputs"] = dict(counters.get("outputs", {}))
+        stats["unusable_outputs"] = dict(counters.get("unusable", {}))
+        stats["item_problems"] = dict(counters.get("item_problems", {}))
+        stats["vlm"] = vlm_call_stats(counters)
+        tags = counters.get("tags") or {}
+        plain = {k: v for k, v in tags.items() if not k.startswith(HARD_TAG)}
+        if plain:
+            stats["gate_scoring"] = gate_scoring(plain, counters.get("rules_on_clean", {}))
+        if len(plain) < len(tags):  # relations on both sides of each threshold (relate.data.gate_hard_cases)
+            stats["gate_hard_cases"] = score_hard_cases(tags)
+        return stats
 
 
 def annotation_statistics(kept: pa.Table, rejected: pa.Table | None, counters: Mapping) -> dict:
     """Everything the run reports: Table-20 corpus stats, balance, rejections, parsing, scoring."""
-    stats = corpus_table20(kept)
-    flat = pc.list_flatten(kept.column("relations")).to_pylist() if kept.num_rows else []
-    stats["direction_balance"] = direction_balance([r["predicate"] for r in flat])
-    stats["geometry_audit"] = geometry_audit(kept)
-    stats["gate_outcomes"] = dict(Counter(r["gate"] for r in flat))
-    rej = pc.list_flatten(rejected.column("rejected")).to_pylist() if rejected is not None and rejected.num_rows else []
-    stats["images_rejected"] = dict(sorted(Counter(r["rule"] for r in rej if r["rule"] in IMAGE_RULES).items()))
-    rej = [r for r in rej if r["rule"] not in IMAGE_RULES]
-    stats["rejections_per_rule"] = dict(sorted(Counter(r["rule"] for r in rej).items()))
-    n_cand = len(flat) + len(rej)
-    stats["candidates"] = n_cand
-    stats["rejected_share"] = len(rej) / max(n_cand, 1)
-    stats["unchecked_share_of_kept"] = counters.get("unchecked", 0) / max(len(flat), 1)
-    stats["outputs"] = dict(counters.get("outputs", {}))
-    stats["unusable_outputs"] = dict(counters.get("unusable", {}))
-    stats["item_problems"] = dict(counters.get("item_problems", {}))
-    stats["vlm"] = vlm_call_stats(counters)
-    tags = counters.get("tags") or {}
-    plain = {k: v for k, v in tags.items() if not k.startswith(HARD_TAG)}
-    if plain:
-        stats["gate_scoring"] = gate_scoring(plain, counters.get("rules_on_clean", {}))
-    if len(plain) < len(tags):  # relations on both sides of each threshold (relate.data.gate_hard_cases)
-        stats["gate_hard_cases"] = score_hard_cases(tags)
-    return stats
+    return AnnotationTally().add(kept, rejected).statistics(counters)
 
 
 def latency_percentiles(hist: Mapping[str, int], qs: tuple[float, ...] = (0.5, 0.9, 0.99)) -> dict[str, float | None]:

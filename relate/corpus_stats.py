@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["corpus_statistics", "format_statistics", "entropy_nats"]
+__all__ = ["corpus_statistics", "CorpusTally", "format_statistics", "entropy_nats"]
 
 
 def entropy_nats(counts: np.ndarray) -> float:
@@ -48,47 +48,60 @@ def _components(n_nodes: int, edges: list[tuple[int, int]]) -> int:
     return len({find(i) for i in range(n_nodes)})
 
 
+class CorpusTally:
+    """:func:`corpus_statistics` of a corpus read a table (a shard) at a time: every figure is a
+    ratio of counts summed over images, so the tally keeps counts and never rows."""
+
+    def __init__(self) -> None:
+        self.images = self.with_relations = self.single = self.degree_sum = self.degree_n = 0
+        self.predicates: Counter = Counter()
+        self.passes: Counter = Counter()
+
+    def add(self, table: pa.Table) -> "CorpusTally":
+        self.images += int(table.num_rows)
+        for rs in table.column("relations").to_pylist() if table.num_rows else []:
+            if not rs:
+                continue
+            self.with_relations += 1
+            deg: Counter = Counter()
+            for r in rs:
+                self.predicates[r["predicate"]] += 1
+                if r.get("pass") is not None:
+                    self.passes[r["pass"]] += 1
+                deg[r["subject"]] += 1
+                deg[r["object"]] += 1
+            self.degree_sum += sum(deg.values())
+            self.degree_n += len(deg)
+            pos = {n: i for i, n in enumerate(deg)}
+            self.single += _components(len(pos), [(pos[r["subject"]], pos[r["object"]]) for r in rs]) == 1
+        return self
+
+    def statistics(self, family_of: Callable[[str], str] | None = None) -> dict:
+        n_img, n_rel = self.images, sum(self.predicates.values())
+        out = {
+            "images": n_img,
+            "images_with_relations": self.with_relations,
+            "relations": n_rel,
+            "relations_per_image": n_rel / max(n_img, 1),
+            "distinct_predicates": len(self.predicates),
+            "predicate_entropy_nats": entropy_nats(np.array(list(self.predicates.values()))),
+            "mean_object_degree": self.degree_sum / self.degree_n if self.degree_n else 0.0,
+            "single_component_share": self.single / max(self.with_relations, 1),
+        }
+        if self.passes:
+            out["pass_share"] = {k: v / n_rel for k, v in sorted(self.passes.items())}
+        if family_of is not None and n_rel:
+            fam: Counter = Counter()
+            for p, v in self.predicates.items():
+                fam[family_of(p)] += v
+            out["family_share"] = {k: v / n_rel for k, v in sorted(fam.items(), key=lambda kv: -kv[1])}
+        return out
+
+
 def corpus_statistics(table: pa.Table, family_of: Callable[[str], str] | None = None) -> dict:
     """The Table-20 columns plus degree, connectivity, pass and family shares of a corpus table
     (any table with a ``relations`` list column of {subject, object, predicate[, pass]})."""
-    rels = table.column("relations").to_pylist() if table.num_rows else []
-    preds: Counter = Counter()
-    passes: Counter = Counter()
-    degrees: list[int] = []
-    single = with_rel = 0
-    for rs in rels:
-        if not rs:
-            continue
-        with_rel += 1
-        deg: Counter = Counter()
-        for r in rs:
-            preds[r["predicate"]] += 1
-            if r.get("pass") is not None:
-                passes[r["pass"]] += 1
-            deg[r["subject"]] += 1
-            deg[r["object"]] += 1
-        degrees += list(deg.values())
-        pos = {n: i for i, n in enumerate(deg)}
-        single += _components(len(pos), [(pos[r["subject"]], pos[r["object"]]) for r in rs]) == 1
-    n_img, n_rel = int(table.num_rows), sum(preds.values())
-    out = {
-        "images": n_img,
-        "images_with_relations": with_rel,
-        "relations": n_rel,
-        "relations_per_image": n_rel / max(n_img, 1),
-        "distinct_predicates": len(preds),
-        "predicate_entropy_nats": entropy_nats(np.array(list(preds.values()))),
-        "mean_object_degree": float(np.mean(degrees)) if degrees else 0.0,
-        "single_component_share": single / max(with_rel, 1),
-    }
-    if passes:
-        out["pass_share"] = {k: v / n_rel for k, v in sorted(passes.items())}
-    if family_of is not None and n_rel:
-        fam: Counter = Counter()
-        for p, v in preds.items():
-            fam[family_of(p)] += v
-        out["family_share"] = {k: v / n_rel for k, v in sorted(fam.items(), key=lambda kv: -kv[1])}
-    return out
+    return CorpusTally().add(table).statistics(family_of)
 
 
 def format_statistics(stats: dict, title: str = "corpus statistics") -> str:

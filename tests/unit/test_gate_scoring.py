@@ -106,3 +106,21 @@ def test_balancing_undoes_the_annotator_bias(annotated):
     assert bal["left of/right of"]["right of"] > 0.4 * bal["left of/right of"]["left of"]
     gates = {x["gate"] for r in rows for x in r["relations"]}
     assert {"kept", "swapped", "restated"} <= gates
+
+
+def test_statistics_read_a_shard_at_a_time_equal_those_of_the_whole_corpus(annotated):
+    """The job's final statistics read one shard at a time (memory flat in the corpus size); every
+    figure equals that of the whole corpus at once, the degree mean and the shares included."""
+    from relate.annotation_stats import AnnotationTally
+
+    rows, kept, stats = annotated
+    counters = {}
+    for r in rows:
+        counters = merge_counters(counters, json.loads(r["counters_json"]))
+    rej = to_table([{"image_id": r["image_id"], "rejected": r["rejected"]} for r in rows], REJECTIONS_SCHEMA)
+    tally = AnnotationTally()
+    for a in range(0, kept.num_rows, 23):  # uneven shards, the last one short
+        tally.add(kept.slice(a, 23), rej.slice(a, 23))
+    tally.add(kept.slice(0, 0), rej.slice(0, 0))  # an empty shard changes nothing
+    assert tally.statistics(counters) == stats
+    assert stats["relations"] > 0 and stats["rejections_per_rule"] and stats["geometry_audit"]["contact"] > 0
