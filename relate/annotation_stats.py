@@ -134,17 +134,15 @@ class AnnotationTally:
     and its memory does not grow with the corpus."""
 
     def __init__(self) -> None:
-        self.corpus = CorpusTally()
-        self.predicates: Counter = Counter()
+        self.corpus = CorpusTally()  # counts the predicates too
         self.gates: Counter = Counter()
         self.audit: Counter = Counter()
         self.rules: Counter = Counter()  # rejection rules, image-level ones included
 
     def add(self, kept: pa.Table, rejected: pa.Table | None = None) -> "AnnotationTally":
         self.corpus.add(kept)
-        for r in pc.list_flatten(kept.column("relations")).to_pylist() if kept.num_rows else []:
-            self.predicates[r["predicate"]] += 1
-            self.gates[r["gate"]] += 1
+        if kept.num_rows:
+            self.gates.update(pc.struct_field(pc.list_flatten(kept.column("relations")), "gate").to_pylist())
         self.audit.update(_audit_counts(kept))
         if rejected is not None and rejected.num_rows:
             self.rules.update(r["rule"] for r in pc.list_flatten(rejected.column("rejected")).to_pylist())
@@ -152,13 +150,13 @@ class AnnotationTally:
 
     def statistics(self, counters: Mapping) -> dict:
         stats = self.corpus.statistics()
-        stats["direction_balance"] = direction_balance(self.predicates.elements())
+        stats["direction_balance"] = direction_balance(self.corpus.predicates.elements())
         stats["geometry_audit"] = _audit(self.audit)
         stats["gate_outcomes"] = dict(self.gates)
         stats["images_rejected"] = {k: v for k, v in sorted(self.rules.items()) if k in IMAGE_RULES}
         rej = {k: v for k, v in sorted(self.rules.items()) if k not in IMAGE_RULES}
         stats["rejections_per_rule"] = rej
-        n_kept, n_rej = sum(self.predicates.values()), sum(rej.values())
+        n_kept, n_rej = sum(self.corpus.predicates.values()), sum(rej.values())
         stats["candidates"] = n_kept + n_rej
         stats["rejected_share"] = n_rej / max(n_kept + n_rej, 1)
         stats["unchecked_share_of_kept"] = counters.get("unchecked", 0) / max(n_kept, 1)
