@@ -107,6 +107,7 @@ class AnnotateConfig(StrictConfig):
     topup: TopUpConfig = Field(default_factory=TopUpConfig, description="Geometric top-up of sparse images.")
     cpu_batch_size: int = Field(32, ge=1, description="Images per batch in the CPU stages (markers, parse, gate).")
     read_rows: int = Field(512, ge=1, description="Input records per read task (a slice of one row group): each task reads them, draws their markers and passes them on in blocks of cpu_batch_size, so no record waits in the driver.")
+    in_flight_mb: float | None = Field(32, gt=0, description="Object-store budget of the run's Ray Data execution, MB: reading and marking stop running ahead of the annotator once the blocks queued and in flight reach it (Ray Data's backpressure; a budget smaller than one block still makes progress, a block at a time). The default holds about four batches of eight marked photographs (a 1024 px PNG is 1-2 MB); size it to a few batches per annotator (annotate_gpu.yaml: 16 engines). None: Ray Data's default, a share of the cluster's object store, which a long run fills with queued images.")
     cpu_resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.25), description="Per task of the CPU stages (markers, prompts, parse, gate) and of the per-shard balance-and-write tasks.")
     cost: CostConfig = Field(default_factory=CostConfig, description="Price per GPU-hour for the run's cost estimate.")
 
@@ -525,6 +526,9 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
         ds = ds.map_batches(SpoolStage(str(out)), batch_format="pyarrow", batch_size=cfg.cpu_batch_size,
                             **ray_remote_args(cfg.cpu_resources))
         ds.set_name(name)  # the Ray Data dashboard and metric tags show the run, not "dataset_17"
+        if cfg.in_flight_mb is not None:
+            opts = ds.context.execution_options
+            opts.resource_limits = opts.resource_limits.copy(object_store_memory=cfg.in_flight_mb * 1024 * 1024)
         finish = ray.remote(finish_shard).options(**ray_remote_args(cfg.cpu_resources), max_retries=2)
         tally = RunTally(expected)
         running: dict = {}  # ObjectRef -> shard
