@@ -65,8 +65,15 @@ def test_annotate_writes_shards_stats_and_skips_finished_shards(ray_session, tmp
     monkeypatch.setattr(pq, "read_table", lambda src, *a, **kw: driver_reads.append((str(src), kw.get("columns")))
                         or read_table(src, *a, **kw))
     monkeypatch.setattr(ray.data, "from_arrow", lambda *a, **kw: pytest.fail("the driver put records into the store"))
+    # the run's object-store budget bounds how far reading runs ahead of the annotator, on this
+    # run's dataset only (a process-wide limit would throttle every other dataset of a notebook)
+    budgets, iter_batches = [], ray.data.Dataset.iter_batches
+    monkeypatch.setattr(ray.data.Dataset, "iter_batches", lambda self, *a, **kw: budgets.append(
+        self.context.execution_options.resource_limits.object_store_memory) or iter_batches(self, *a, **kw))
     res = main(cfg)
     monkeypatch.undo()
+    assert budgets == [cfg.in_flight_mb * 1024 * 1024] and cfg.in_flight_mb == 32
+    assert ray.data.DataContext.get_current().execution_options.resource_limits.object_store_memory == float("inf")
     inputs = [c for src, c in driver_reads if src.startswith(str(inp))]
     assert len(inputs) == 2 and all(c == ["image_id"] for c in inputs), driver_reads  # one file per split
     kept, rej = _read(Path(cfg.out_dir), "corpus"), _read(Path(cfg.out_dir), "rejections")
