@@ -62,9 +62,11 @@ class RunSettings(StrictConfig):
     calibrate: bool = Field(True, description="after training, fit Platt (a, b) of Eq. 6 on the val split and install "
                             "it in the final checkpoint (train_jobs.calibrate; a checkpoint at a URI is fitted on a "
                             "temporary copy and its calibration.json written back)")
-    log_every: int = Field(10, gt=0, description="rank-0 console log interval in steps")
+    log_every: int = Field(10, gt=0, description="rank-0 console log interval in steps, and the interval of "
+                           "ray.train.report besides validations and checkpoints (a report is a barrier across "
+                           "workers; TensorBoard gets every step)")
     log_reports: bool = Field(False, description="keep Ray Train's own 'Reporting training result ...' line, "
-                              "logged by every worker at every step (off: the job log carries our step lines)")
+                              "logged by every worker at every report (off: the job log carries our step lines)")
     kill_worker_at_step: int | None = Field(None, gt=0, description="fault drill: the last rank SIGKILLs itself once at this step")
 
     @model_validator(mode="after")

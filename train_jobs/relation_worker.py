@@ -22,11 +22,24 @@ from train_jobs.relation_config import TrainRelationConfig
 from train_jobs.relation_eval import evaluate_split
 from train_jobs.run_files import ProgressLog, TensorBoardLog, maybe_kill
 
-__all__ = ["train_loop_per_worker", "quiet_reports", "TrainRunner", "load_train_state"]
+__all__ = ["train_loop_per_worker", "quiet_reports", "TrainRunner", "load_train_state", "reports_at"]
 
 # Rank 0's step lines go through a logger, not print: inside a Ray Train worker, print is patched
 # to log *and* echo to the captured stdout, so every printed line reached the job log twice.
 _log = logging.getLogger(__name__)
+
+
+def reports_at(step: int, total: int, run) -> bool:
+    """Whether step ``step``'s metrics go to Ray Train (``ray.train.report``).
+
+    A report is a collective: every worker meets at Ray Train's synchronization actor before it
+    returns. Reporting every step spent 47% of a worker's time waiting there (py-spy of ``cpu_long``,
+    2 workers on 2 cores: 0.67 s of compute in a 1.99 s step), so metrics are reported at the console
+    log interval, each validation, each checkpoint and the last step. TensorBoard still gets every
+    step from rank 0. The decision depends on the step and the config only, so all ranks agree.
+    """
+    return (step >= total or step % run.checkpoint_every == 0 or step % run.log_every == 0
+            or bool(run.val_every and step % run.val_every == 0))
 
 
 class _EMA:
@@ -263,7 +276,7 @@ def train_loop_per_worker(config: dict) -> None:
                         runner.save_checkpoint(Path(tmp))
                     ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp)
                                      if runner.rank == 0 else None)
-            else:
+            elif reports_at(runner.step, runner.total, cfg.run):
                 ray.train.report(metrics)
             if last:
                 return

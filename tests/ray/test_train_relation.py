@@ -3,6 +3,7 @@ fault drill (one worker SIGKILLed mid-epoch resumes from the last checkpoint and
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,10 @@ def test_killed_worker_resumes_from_last_checkpoint_and_matches_clean_run(ray_se
         assert sorted(set(steps)) == [1, 2, 3, 4], (run, steps)
         assert acc.Scalars("val/syn/R@50")[-1].value == pytest.approx(res.metrics["val/syn/R@50"])
     assert [c[1]["step"] for c in clean.checkpoints] == [2, 4]  # each kept checkpoint with its step's metrics
+    # a report is a barrier across workers: only checkpoint, validation and log steps report (2 and 4
+    # here, not all 4 steps), as Ray Train's own checkpoint manager counts them
+    snapshot = json.loads((tmp_path / clean.run / "checkpoint_manager_snapshot.json").read_text())
+    assert snapshot["current_report_index"] == 2, snapshot["current_report_index"]
     assert clean.checkpoints[-1][0] == clean.checkpoint and clean.checkpoints[0][1]["train_seconds"] > 0
     assert "AP vs truth spatial" in (tmp_path / clean.run / "progress.log").read_text()  # the per-family val line
 

@@ -119,3 +119,13 @@ def test_ray_trains_per_report_line_is_dropped_unless_asked():
         quiet_reports(keep=True)
         context.logger.removeHandler(handler)
         context.logger.setLevel(level)
+
+
+def test_metrics_are_reported_to_ray_train_at_log_validation_and_checkpoint_steps_only():
+    """ray.train.report is a barrier across workers; reporting every step halved the step rate."""
+    from train_jobs.relation_config import RunSettings
+    from train_jobs.relation_worker import reports_at
+
+    run = RunSettings(log_every=20, val_every=50, checkpoint_every=30)
+    assert [s for s in range(1, 101) if reports_at(s, 100, run)] == [20, 30, 40, 50, 60, 80, 90, 100]
+    assert [s for s in range(1, 41) if reports_at(s, 40, RunSettings(log_every=7, checkpoint_every=40))] == [7, 14, 21, 28, 35, 40]
