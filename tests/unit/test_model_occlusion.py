@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from relate.model.occlusion import OcclusionCue, cell_coverage, occlusion_agreement
+from relate.model.occlusion import OcclusionCue, _box_sums, cell_coverage, occlusion_agreement
 
 
 def test_cell_coverage_is_exact_fractional_area():
@@ -72,3 +72,19 @@ def test_pixel_source_reads_the_image_not_the_tokens():
         assert torch.allclose(cue(noise, (2, 2), img, box_a, box_b), ref, atol=1e-6)
     with pytest.raises(ValueError, match="'tokens' or 'pixels'"):
         OcclusionCue(8, "depth")
+
+
+def test_box_sums_are_the_exact_sums_of_the_cells_a_box_covers():
+    """The factored pooling (columns, then rows) against plain slicing: a box on cell edges sums
+    exactly its cells; a box reaching halfway into a cell takes half of that cell."""
+    torch.manual_seed(0)
+    h, w, d = 6, 8, 5
+    tokens = torch.randn(2, h * w, d)
+    grid_map = tokens.view(2, h, w, d)
+    boxes = torch.tensor([[[1 / 8, 2 / 6, 5 / 8, 6 / 6], [0.0, 0.0, 1.0, 1.0]],
+                          [[3 / 8, 0.0, 3.5 / 8, 1 / 6], [2 / 8, 1 / 6, 2 / 8, 4 / 6]]])
+    sums, mass = _box_sums(tokens, (h, w), boxes)
+    assert torch.allclose(sums[0, 0], grid_map[0, 2:6, 1:5].sum((0, 1)), atol=1e-5) and mass[0, 0] == 16
+    assert torch.allclose(sums[0, 1], grid_map[0].sum((0, 1)), atol=1e-5) and mass[0, 1] == h * w
+    assert torch.allclose(sums[1, 0], 0.5 * grid_map[1, 0, 3], atol=1e-6) and torch.isclose(mass[1, 0], torch.tensor(0.5))
+    assert sums[1, 1].abs().sum() == 0 and mass[1, 1] == 0  # zero width
