@@ -68,7 +68,7 @@ def measure(quick: bool) -> dict[str, float]:
         space = build_space(cfg.data, cfg.model.text_dim)
         train = read_corpus(root, "train")
         stage = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"],
-                            sources=space["sources"])
+                            sources=space["sources"], keep_aspect=cfg.model.backbone.keep_aspect)
         batch = {k: torch.from_numpy(v) for k, v in stage(train.slice(0, cfg.optim.batch_size)).items()}
     model = create_relation_model(cfg.model).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -23,7 +23,7 @@ from relate.model.model import RelationModel
 from relate.model.score import Calibration, relation_score
 from relate.schema import PREDICTIONS_SCHEMA
 
-__all__ = ["RelationPredictor", "load_model", "prepare_image", "ImageScores", "RUNTIMES"]
+__all__ = ["RelationPredictor", "load_model", "prepare_image", "input_scale", "ImageScores", "RUNTIMES", "LETTERBOX_FILL"]
 
 RUNTIMES = ("torch", "onnxruntime", "openvino")
 
@@ -40,8 +40,29 @@ def _as_array(image) -> np.ndarray:
     return np.asarray(image)
 
 
-def prepare_image(image, size: int, interpolation: str = "bicubic") -> torch.Tensor:
-    """uint8 (H, W, 3) array, PIL image or path -> float (3, size, size) in [0, 1]."""
+# What fills the square beyond a kept-aspect image (mid grey: near zero once normalised).
+LETTERBOX_FILL = 0.5
+
+
+def input_scale(height: int, width: int, size: int, keep_aspect: bool = False) -> tuple[float, float]:
+    """(sx, sy): how an image of ``height`` x ``width`` maps onto the model's ``size`` square, so
+    that a box (x1, y1, x2, y2) in its pixels is (x1 * sx, y1 * sy, x2 * sx, y2 * sy) in the input.
+    Stretched, each axis has its own factor and the image's proportions are lost: a pair whose gap
+    is 30 px across and 20 px down in a 224 x 128 picture is 13 and 15 input pixels apart at 96 px,
+    so "left of" against "above" and "near" (a gap against a diagonal) are no longer decided by
+    what the model sees. Kept (``keep_aspect``), both axes take ``size / max(height, width)``."""
+    if height <= 0 or width <= 0:
+        raise ValueError(f"image size must be positive, got {width} x {height}")
+    if keep_aspect:
+        s = size / max(height, width)
+        return s, s
+    return size / width, size / height
+
+
+def prepare_image(image, size: int, interpolation: str = "bicubic", keep_aspect: bool = False) -> torch.Tensor:
+    """uint8 (H, W, 3) array, PIL image or path -> float (3, size, size) in [0, 1]: stretched to the
+    square, or with ``keep_aspect`` scaled by its longer side into the top-left corner and the rest
+    filled with ``LETTERBOX_FILL`` (boxes then need only ``input_scale``, no offset)."""
     arr = _as_array(image)
     if arr.ndim != 3 or arr.shape[2] != 3:
         raise ValueError(f"image must be (H, W, 3) RGB, got shape {arr.shape}")
@@ -50,10 +71,13 @@ def prepare_image(image, size: int, interpolation: str = "bicubic") -> torch.Ten
     # large image (a 5000 x 5000 one: 300 MB at once, 100 MB this way); the resize treats channels
     # independently, so the result is bit-identical. The contiguous copy also makes read-only
     # inputs (zero-copy object-store arrays) safe for torch.
-    out = torch.empty(3, size, size)
+    h, w = arr.shape[:2]
+    sx, sy = input_scale(h, w, size, keep_aspect)
+    oh, ow = (min(size, max(1, round(h * sy))), min(size, max(1, round(w * sx)))) if keep_aspect else (size, size)
+    out = torch.full((3, size, size), LETTERBOX_FILL) if (oh, ow) != (size, size) else torch.empty(3, size, size)
     for c in range(3):
         t = torch.from_numpy(np.ascontiguousarray(arr[..., c])).float().div_(255.0)
-        out[c] = F.interpolate(t[None, None], size=(size, size), mode=mode, antialias=True, align_corners=False)[0, 0]
+        out[c, :oh, :ow] = F.interpolate(t[None, None], size=(oh, ow), mode=mode, antialias=True, align_corners=False)[0, 0]
     return out.clamp_(0, 1)
 
 
@@ -256,17 +280,19 @@ class RelationPredictor:
         arrays = [_as_array(im) for im in images]
         parsed = [_regions(r, a.shape[0], a.shape[1]) for r, a in zip(regions, arrays)]
         n = max(max((len(b) for b, _ in parsed), default=0), 2)
-        imgs = torch.stack([prepare_image(a, size, interp) for a in arrays]).to(self.device)
+        keep = self.model.preprocessing.keep_aspect
+        imgs = torch.stack([prepare_image(a, size, interp, keep) for a in arrays]).to(self.device)
         boxes = torch.zeros(len(arrays), n, 4)
         valid = torch.zeros(len(arrays), n, dtype=torch.bool)
         use_masks = any(m is not None for _, m in parsed)
         masks = torch.zeros(len(arrays), n, size, size) if use_masks else None
         for k, ((bx, m), a) in enumerate(zip(parsed, arrays)):
-            sx, sy = size / a.shape[1], size / a.shape[0]
+            sx, sy = input_scale(a.shape[0], a.shape[1], size, keep)
             boxes[k, : len(bx)] = torch.from_numpy(bx * np.array([sx, sy, sx, sy], np.float32))
             valid[k, : len(bx)] = True
             if m is not None:
-                masks[k, : len(bx)] = F.interpolate(torch.from_numpy(m).float()[None], size=(size, size))[0]
+                oh, ow = (min(size, max(1, round(a.shape[0] * sy))), min(size, max(1, round(a.shape[1] * sx))))
+                masks[k, : len(bx), :oh, :ow] = F.interpolate(torch.from_numpy(m).float()[None], size=(oh, ow))[0]
             elif masks is not None:  # boxes only for this image: rasterise the boxes
                 for i, (x1, y1, x2, y2) in enumerate(boxes[k, : len(bx)].round().long().tolist()):
                     masks[k, i, y1:max(y2, y1 + 1), x1:max(x2, x1 + 1)] = 1

@@ -120,6 +120,7 @@ def export_model(model: nn.Module, out: str | Path, weights_sha256: str = "", op
     program.model.metadata_props.update({
         "relate.weights_sha256": weights_sha256,
         "relate.img_size": str(model.preprocessing.img_size),
+        "relate.keep_aspect": str(model.preprocessing.keep_aspect).lower(),
         "relate.text_dim": str(model.cfg.text_dim),
         "relate.inputs": json.dumps(INPUTS), "relate.outputs": json.dumps(OUTPUTS)})
     out.parent.mkdir(parents=True, exist_ok=True)

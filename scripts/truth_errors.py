@@ -14,9 +14,13 @@ wrong":
   parts, which take no such relation in the world.
 * ``--pixels N``: how often one colour comparison orders the depth pairs of the first N scenes,
   given the drawn shapes (at full size and at the model's 96 px) or the boxes alone.
+* ``--stretch N``: how many of the world's ``near`` and spatial decisions over the first N scenes
+  change when its rules are applied to the boxes as the model receives them: the picture stretched
+  to the 96 px square, against one scale for both axes (``model.backbone.keep_aspect``).
 
     python scripts/truth_errors.py --boxes 400
     python scripts/truth_errors.py --pixels 400
+    python scripts/truth_errors.py --stretch 600
     python scripts/truth_errors.py --work /tmp/lw --overrides model.region_pixels=4
 """
 
@@ -118,6 +122,42 @@ def pixel_direction(scenes: int, side: int = 96) -> dict[str, float]:
             "depth_pairs": pairs}
 
 
+def stretch_flips(scenes: int, side: int = 96) -> dict[str, float]:
+    """The world's near and spatial rules (``PairRules``) over whole-object pairs, on the picture's
+    boxes against the same boxes mapped to the model's square by ``relate.api.input_scale``,
+    stretched and kept."""
+    import numpy as np
+
+    from relate.api import input_scale
+    from relate.data.synthetic import SyntheticConfig, make_scene
+    from relate.data.synthetic_truth import PairRules
+
+    def decide(b):
+        r = PairRules(b, [np.zeros((1, 1), bool)] * len(b))
+        pairs = [(i, j) for i in range(len(b)) for j in range(len(b)) if i != j]
+        return [r.near(i, j) for i, j in pairs], [r.spatial(i, j) for i, j in pairs]
+
+    world = SyntheticConfig(coverage="full")
+    out = {"pairs": 0, "near": 0, "spatial": 0, "near_changed_stretched": 0, "spatial_changed_stretched": 0,
+           "near_changed_kept": 0, "spatial_changed_kept": 0}
+    for i in range(scenes):
+        sc = make_scene(i, world)
+        h, w = sc.image.shape[:2]
+        b = np.array([[x["x1"], x["y1"], x["x2"], x["y2"]] for x in sc.boxes if not x["is_body_part"]], float)
+        if len(b) < 2:
+            continue
+        near, spatial = decide(b)
+        out["pairs"] += len(near)
+        out["near"] += sum(near)
+        out["spatial"] += sum(s is not None for s in spatial)
+        for name, keep in (("stretched", False), ("kept", True)):
+            sx, sy = input_scale(h, w, side, keep)
+            n2, s2 = decide(b * [sx, sy, sx, sy])
+            out[f"near_changed_{name}"] += sum(x != y for x, y in zip(near, n2))
+            out[f"spatial_changed_{name}"] += sum(x != y for x, y in zip(spatial, s2))
+    return out
+
+
 def model_errors(work: str, overrides: list[str], recipe: str, steps: int, families=FAMILIES) -> None:
     import numpy as np
     import torch
@@ -173,13 +213,16 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=400, help="that run's steps (its schedule)")
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), help="families whose errors are listed")
     ap.add_argument("--pixels", type=int, default=0, help="scenes for the colour rule's depth direction (0: skip)")
+    ap.add_argument("--stretch", type=int, default=0, help="scenes for what stretching to the square changes (0: skip)")
     args = ap.parse_args(argv)
-    if not args.boxes and not args.work and not args.pixels:
-        ap.error("give --boxes N, --pixels N, --work DIR, or several")
+    if not args.boxes and not args.work and not args.pixels and not args.stretch:
+        ap.error("give --boxes N, --pixels N, --stretch N, --work DIR, or several")
     if args.boxes:
         print(box_ceiling(args.boxes))
     if args.pixels:
         print(pixel_direction(args.pixels))
+    if args.stretch:
+        print(stretch_flips(args.stretch))
     if args.work:
         model_errors(args.work, args.overrides, args.recipe, args.steps, tuple(args.families))
 

@@ -165,7 +165,7 @@ def main(cfg: LearnabilityConfig) -> LearnabilityResult:
         if len(table) and max(len(b) for b in table.column("boxes").to_pylist()) > data.max_boxes:
             raise ValueError(f"scenes have more boxes than the recipe's data.max_boxes={data.max_boxes}")
         decode = DecodeStage(train_cfg.model.backbone.img_size, data, space["forms"], space["categories"],
-                             seed=cfg.seed, sources=space["sources"])
+                             seed=cfg.seed, sources=space["sources"], keep_aspect=train_cfg.model.backbone.keep_aspect)
         runner = TrainRunner(train_cfg, space, cfg.steps)
         rng = np.random.default_rng([cfg.seed, 17])
         per_step = min(train_cfg.optim.batch_size, len(table))

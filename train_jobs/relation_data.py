@@ -339,8 +339,8 @@ class DecodeStage:
     """
 
     def __init__(self, size: int, data: DataConfig, forms: list[str], categories: list[str], seed: int = 0,
-                 sources: list[str] | None = None) -> None:
-        self.size, self.cfg = size, data
+                 sources: list[str] | None = None, keep_aspect: bool = False) -> None:
+        self.size, self.cfg, self.keep_aspect = size, data, keep_aspect
         self.form_index = {f: i for i, f in enumerate(forms)}
         self.cat_index = {c: i for i, c in enumerate(categories)}
         self.source_index = {s: i for i, s in enumerate(sources or ["*"])}  # an unlisted source: row 0
@@ -358,7 +358,7 @@ class DecodeStage:
         return ((img - grey) * sat + grey).clamp(0, 1)
 
     def __call__(self, batch: pa.Table) -> dict[str, np.ndarray]:
-        from relate.api import prepare_image
+        from relate.api import input_scale, prepare_image
 
         n, m, S = self.cfg.max_boxes, self.cfg.max_relations, self.size
         rows = batch.to_pylist()
@@ -367,9 +367,9 @@ class DecodeStage:
                "rels": np.full((len(rows), m, 3), -1, np.int64),
                "source": np.array([self.source_index.get(r.get("source"), 0) for r in rows], np.int64)}
         for k, r in enumerate(rows):
-            img = self._jitter(prepare_image(r["uri"], S))
+            img = self._jitter(prepare_image(r["uri"], S, keep_aspect=self.keep_aspect))
             out["image"][k] = (img.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
-            sx, sy = S / r["width"], S / r["height"]
+            sx, sy = input_scale(r["height"], r["width"], S, self.keep_aspect)
             for i, b in enumerate(r["boxes"][:n]):
                 out["boxes"][k, i] = [b["x1"] * sx, b["y1"] * sy, b["x2"] * sx, b["y2"] * sy]
                 out["box_valid"][k, i] = True

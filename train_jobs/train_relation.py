@@ -96,7 +96,7 @@ def build_trainer(cfg: TrainRelationConfig):
     ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
     stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
                         forms=space["forms"], categories=space["categories"], seed=cfg.run.seed,
-                        sources=space["sources"])
+                        sources=space["sources"], keep_aspect=cfg.model.backbone.keep_aspect)
     ds = ds.map_batches(DecodeStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
                         batch_size=cfg.optim.batch_size,
                         compute=ray.data.ActorPoolStrategy(size=cfg.data.decode_concurrency),

@@ -27,6 +27,7 @@ class Preprocessing:
     interpolation: str
     img_size: int
     patch_size: int
+    keep_aspect: bool = False
 
     def normalise(self, images: torch.Tensor) -> torch.Tensor:
         """``images`` float in [0, 1], (B, 3, H, W) -> normalised."""
@@ -71,7 +72,8 @@ class TappedBackbone(nn.Module):
         patch = self.vit.patch_embed.patch_size
         self.preprocessing = Preprocessing(
             mean=tuple(pc["mean"]), std=tuple(pc["std"]), interpolation=str(pc.get("interpolation", "bicubic")),
-            img_size=cfg.img_size, patch_size=int(patch[0] if isinstance(patch, (tuple, list)) else patch))
+            img_size=cfg.img_size, patch_size=int(patch[0] if isinstance(patch, (tuple, list)) else patch),
+            keep_aspect=cfg.keep_aspect)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Normalised images (B, 3, H, W) -> fused patch map (B, C, H/p, W/p)."""

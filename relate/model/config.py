@@ -18,6 +18,9 @@ class BackboneConfig(StrictConfig):
     pretrained: bool = Field(False, description="load timm's pretrained weights (needs the hub or a local file)")
     checkpoint_path: str | None = Field(None, description="local weight file for the backbone, loaded by timm")
     img_size: int = Field(448, gt=0, description="base input side in pixels (Table 14: 448)")
+    keep_aspect: bool = Field(False, description="scale the image by its longer side and pad the rest of the square "
+                              "(boxes scale alike on both axes) instead of stretching it to a square; the geometry "
+                              "the model reads then keeps the image's proportions (relate.api.input_scale)")
     depth: int | None = Field(None, gt=0, description="override the number of transformer blocks (tiny test models)")
     embed_dim: int | None = Field(None, gt=0, description="override the token width (tiny test models)")
     num_heads: int | None = Field(None, gt=0, description="override the attention head count (tiny test models)")
