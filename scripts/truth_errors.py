@@ -14,6 +14,9 @@ wrong":
   parts, which take no such relation in the world.
 * ``--pixels N``: how often one colour comparison orders the depth pairs of the first N scenes,
   given the drawn shapes (at full size and at the model's 96 px) or the boxes alone.
+* ``--checkpoint DIR --world ROOT``: the same for any checkpoint folder, on the first ``--images``
+  of a world folder's test split; for proximity and spatial it also counts the errors at |truth|
+  that the picture's stretch to the square explains.
 * ``--stretch N``: how many of the world's ``near`` and spatial decisions over the first N scenes
   change when its rules are applied to the boxes as the model receives them: the picture stretched
   to the 96 px square, against one scale for both axes (``model.backbone.keep_aspect``).
@@ -22,6 +25,7 @@ wrong":
     python scripts/truth_errors.py --pixels 400
     python scripts/truth_errors.py --stretch 600
     python scripts/truth_errors.py --work /tmp/lw --overrides model.region_pixels=4
+    python scripts/truth_errors.py --checkpoint RUN/checkpoint_... --world /tmp/w6k_full --families proximity
 """
 
 from __future__ import annotations
@@ -159,39 +163,69 @@ def stretch_flips(scenes: int, side: int = 96) -> dict[str, float]:
 
 
 def model_errors(work: str, overrides: list[str], recipe: str, steps: int, families=FAMILIES) -> None:
-    import numpy as np
+    """The errors of a ``train_jobs.learnability`` run's final EMA weights on its held-out split."""
     import torch
 
     from relate.api import RelationPredictor
     from relate.data.corpus import read_corpus
-    from relate.data.lexicon import CONCEPTS
     from relate.model.model import create_relation_model
-    from relate.model.score import relation_logit
-    from train_jobs.learnability import LearnabilityConfig, _truth, build_recipe
+    from train_jobs.learnability import LearnabilityConfig, build_recipe
     from train_jobs.relation_data import build_space
-    from train_jobs.relation_eval import concept_key
 
     cfg = LearnabilityConfig(recipe=recipe, overrides=overrides, work_dir=work)
     train_cfg = build_recipe(cfg, work, steps)
     space = build_space(train_cfg.data, train_cfg.model.text_dim)
     model = create_relation_model(train_cfg.model)
     model.load_state_dict(torch.load(Path(work) / "ema_weights.pt", weights_only=True))
-    predictor = RelationPredictor(model.eval(), space["bank"])
-    table = read_corpus(work, "test")
+    _errors(RelationPredictor(model.eval(), space["bank"]), read_corpus(work, "test"), train_cfg.data.predicates,
+            families)
+
+
+def checkpoint_errors(checkpoint: str, world: str, images: int, families=FAMILIES) -> None:
+    """The errors of a checkpoint folder (a training run's, e.g. ``train_jobs.learning_curve``'s) on
+    the first ``images`` of a synthetic world folder's test split (the world states its full truth)."""
+    from relate.api import load_model
+    from relate.data.corpus import read_corpus
+
+    table = read_corpus(world, "test")
+    _errors(load_model(checkpoint), table.slice(0, images), "synthetic_lexicon", families)
+
+
+def _errors(predictor, table, predicates: str, families) -> None:
+    """Per family: the false cells among its 2 x |truth| best and the true ones ranked below |truth|,
+    and, of the errors at |truth| (false cells above, true cells below), how many the picture's
+    stretch to the square explains (near or spatial decided otherwise on the stretched boxes)."""
+    import numpy as np
+
+    from relate.api import input_scale
+    from relate.data.lexicon import CONCEPTS
+    from relate.data.synthetic_truth import PairRules
+    from relate.model.score import relation_logit
+    from train_jobs.learnability import _truth
+    from train_jobs.relation_eval import concept_key
+
+    side = predictor.model.preprocessing.img_size
     scores = predictor.score_images(table.column("uri").to_pylist(), table.column("boxes").to_pylist())
     concepts = list(CONCEPTS)
     col = {c: j for j, c in enumerate(concepts)}
-    form_col = np.array([col.get(concept_key(s, train_cfg.data.predicates), -1) for s in predictor.vocabulary_strings()])
+    form_col = np.array([col.get(concept_key(s, predicates), -1) for s in predictor.vocabulary_strings()])
     cells = []
-    for sc, (truth, _), boxes in zip(scores, _truth(table), table.column("boxes").to_pylist()):
-        logit = relation_logit(sc.l_pred, sc.l_pair, model.cfg.pair_weight)
+    for sc, (truth, _), boxes, w, h in zip(scores, _truth(table), table.column("boxes").to_pylist(),
+                                           table.column("width").to_pylist(), table.column("height").to_pylist()):
+        logit = relation_logit(sc.l_pred, sc.l_pair, predictor.model.cfg.pair_weight)
+        sx, sy = input_scale(h, w, side)
+        stretched = PairRules(np.array([[b["x1"] * sx, b["y1"] * sy, b["x2"] * sx, b["y2"] * sy] for b in boxes]),
+                              [np.zeros((1, 1), bool)] * len(boxes))
         for k, (s, o) in enumerate(sc.pairs.tolist()):
             held = frozenset(c for a, b, c in truth if (a, b) == (s, o))
             for c in concepts:
                 if CONCEPTS[c].family in families and (form_col == col[c]).any():
+                    seen = {"proximity": lambda: stretched.near(s, o),
+                            "spatial": lambda: stretched.spatial(s, o) == c}.get(CONCEPTS[c].family)
                     cells.append((CONCEPTS[c].family, c, float(logit[k, form_col == col[c]].max()), c in held,
                                   (boxes[s]["category"], boxes[o]["category"]),
-                                  bool(boxes[s]["is_body_part"] or boxes[o]["is_body_part"]), held))
+                                  bool(boxes[s]["is_body_part"] or boxes[o]["is_body_part"]), held,
+                                  None if seen is None else bool(seen())))
     for fam in families:
         ranked = sorted((x for x in cells if x[0] == fam), key=lambda x: -x[2])
         n = sum(x[3] for x in ranked)
@@ -202,12 +236,23 @@ def model_errors(work: str, overrides: list[str], recipe: str, steps: int, famil
               f"\n  by category pair: {Counter(x[4] for x in false).most_common(8)}"
               f"\n  what holds on the pair: {Counter(tuple(sorted(x[6])) for x in false).most_common(6)}"
               f"\n  true cells ranked below {n}: {Counter(x[4] for x in ranked[n:] if x[3]).most_common(6)}")
+        top_false, missed = [x for x in ranked[:n] if not x[3]], [x for x in ranked[n:] if x[3]]
+        print(f"  at {n}: {len(top_false)} false cells above, {len(missed)} true below", end="")
+        if ranked and ranked[0][7] is not None:  # near / spatial: what the stretched boxes decide
+            print(f"; true only on the stretched boxes: {sum(bool(x[7]) for x in top_false)} of the false,"
+                  f" false on them: {sum(not x[7] for x in missed)} of the missed (whole objects:"
+                  f" {sum(not x[5] for x in top_false)} false, {sum(not x[5] for x in missed)} missed)")
+        else:
+            print()
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--boxes", type=int, default=0, help="scenes for the boxes-only AP (0: skip)")
     ap.add_argument("--work", help="a train_jobs.learnability work_dir holding ema_weights.pt")
+    ap.add_argument("--checkpoint", help="a checkpoint folder (e.g. a learning_curve run's), scored on --world")
+    ap.add_argument("--world", help="with --checkpoint: the synthetic world folder whose test split is scored")
+    ap.add_argument("--images", type=int, default=300, help="with --checkpoint: test images scored")
     ap.add_argument("--overrides", nargs="*", default=[], help="the overrides that run was trained with")
     ap.add_argument("--recipe", default="train_jobs/configs/cpu_long.yaml", help="the recipe that run was trained with")
     ap.add_argument("--steps", type=int, default=400, help="that run's steps (its schedule)")
@@ -215,8 +260,10 @@ def main(argv=None) -> None:
     ap.add_argument("--pixels", type=int, default=0, help="scenes for the colour rule's depth direction (0: skip)")
     ap.add_argument("--stretch", type=int, default=0, help="scenes for what stretching to the square changes (0: skip)")
     args = ap.parse_args(argv)
-    if not args.boxes and not args.work and not args.pixels and not args.stretch:
-        ap.error("give --boxes N, --pixels N, --stretch N, --work DIR, or several")
+    if not (args.boxes or args.work or args.pixels or args.stretch or args.checkpoint):
+        ap.error("give --boxes N, --pixels N, --stretch N, --work DIR, --checkpoint DIR --world DIR, or several")
+    if bool(args.checkpoint) != bool(args.world):
+        ap.error("--checkpoint and --world go together")
     if args.boxes:
         print(box_ceiling(args.boxes))
     if args.pixels:
@@ -225,6 +272,8 @@ def main(argv=None) -> None:
         print(stretch_flips(args.stretch))
     if args.work:
         model_errors(args.work, args.overrides, args.recipe, args.steps, tuple(args.families))
+    if args.checkpoint:
+        checkpoint_errors(args.checkpoint, args.world, args.images, tuple(args.families))
 
 
 if __name__ == "__main__":
