@@ -59,6 +59,14 @@ def input_scale(height: int, width: int, size: int, keep_aspect: bool = False) -
     return size / width, size / height
 
 
+def _content_size(height: int, width: int, size: int, keep_aspect: bool) -> tuple[int, int]:
+    """(rows, columns) of the square the picture itself fills: all of it when stretched."""
+    if not keep_aspect:
+        return size, size
+    s = input_scale(height, width, size, True)[0]
+    return min(size, max(1, round(height * s))), min(size, max(1, round(width * s)))
+
+
 def prepare_image(image, size: int, interpolation: str = "bicubic", keep_aspect: bool = False) -> torch.Tensor:
     """uint8 (H, W, 3) array, PIL image or path -> float (3, size, size) in [0, 1]: stretched to the
     square, or with ``keep_aspect`` scaled by its longer side into the top-left corner and the rest
@@ -71,9 +79,7 @@ def prepare_image(image, size: int, interpolation: str = "bicubic", keep_aspect:
     # large image (a 5000 x 5000 one: 300 MB at once, 100 MB this way); the resize treats channels
     # independently, so the result is bit-identical. The contiguous copy also makes read-only
     # inputs (zero-copy object-store arrays) safe for torch.
-    h, w = arr.shape[:2]
-    sx, sy = input_scale(h, w, size, keep_aspect)
-    oh, ow = (min(size, max(1, round(h * sy))), min(size, max(1, round(w * sx)))) if keep_aspect else (size, size)
+    oh, ow = _content_size(arr.shape[0], arr.shape[1], size, keep_aspect)
     out = torch.full((3, size, size), LETTERBOX_FILL) if (oh, ow) != (size, size) else torch.empty(3, size, size)
     for c in range(3):
         t = torch.from_numpy(np.ascontiguousarray(arr[..., c])).float().div_(255.0)
@@ -291,7 +297,7 @@ class RelationPredictor:
             boxes[k, : len(bx)] = torch.from_numpy(bx * np.array([sx, sy, sx, sy], np.float32))
             valid[k, : len(bx)] = True
             if m is not None:
-                oh, ow = (min(size, max(1, round(a.shape[0] * sy))), min(size, max(1, round(a.shape[1] * sx))))
+                oh, ow = _content_size(a.shape[0], a.shape[1], size, keep)
                 masks[k, : len(bx), :oh, :ow] = F.interpolate(torch.from_numpy(m).float()[None], size=(oh, ow))[0]
             elif masks is not None:  # boxes only for this image: rasterise the boxes
                 for i, (x1, y1, x2, y2) in enumerate(boxes[k, : len(bx)].round().long().tolist()):

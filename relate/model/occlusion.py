@@ -54,8 +54,8 @@ def _box_sums(tokens: torch.Tensor, grid: tuple[int, int], boxes: torch.Tensor) 
     """tokens (B, T, d) on ``grid``; boxes (B, K, 4) -> coverage-weighted sums (B, K, d) and masses (B, K).
 
     A box's coverage of a cell is the product of its row and column coverage, so the weighted sum
-    factors into two small contractions (columns, then rows) instead of a (K, T) weight matrix:
-    at a 48-cell grid and 100 pairs that matrix was a third of a ``cpu_long`` training step."""
+    factors into two small contractions (columns, then rows) instead of a (K, T) weight matrix
+    (at a 48-cell grid, 16 images and 100 pairs: 2 ms against 186 ms)."""
     h, w = grid
     b, k = boxes.shape[:2]
     oy = _axis_coverage(boxes[..., 1:2], boxes[..., 3:4], h)  # (B, K, h)

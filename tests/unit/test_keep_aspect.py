@@ -94,7 +94,7 @@ def test_decode_stage_and_predictor_hand_the_model_the_same_kept_boxes(tmp_path)
     real_forward = model.forward
 
     def spy(images, boxes, *args, **kw):
-        seen["images"], seen["boxes"] = images.clone(), boxes.clone()
+        seen["images"], seen["boxes"], seen["masks"] = images.clone(), boxes.clone(), kw.get("masks")
         return real_forward(images, boxes, *args, **kw)
 
     model.forward = spy
@@ -102,3 +102,9 @@ def test_decode_stage_and_predictor_hand_the_model_the_same_kept_boxes(tmp_path)
     predictor.score_images([img], [[[32, 16, 64, 48], [80, 8, 120, 56]]])
     assert torch.allclose(seen["boxes"][0, :2], torch.from_numpy(out["boxes"][0]))
     assert torch.allclose(seen["images"][0].permute(1, 2, 0) * 255, torch.from_numpy(out["image"][0]).float(), atol=1)
+    # masks take the same scale: the green square's mask lands on its kept box, nothing in the fill
+    masks = np.zeros((2, 64, 128), bool)
+    masks[0, 16:48, 32:64] = masks[1, 8:56, 80:120] = True
+    predictor.score_images([img], [masks])
+    m = seen["masks"][0, 0]
+    assert m[4:12, 8:16].all() and m.sum() == 64 and seen["masks"][0, :, 16:].sum() == 0
