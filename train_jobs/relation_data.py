@@ -22,7 +22,7 @@ from relate.data.predicate_split import check_no_leak, held_out, load_predicate_
 from relate.storage import Location, LocationValue, under_root
 from relate.losses import PredicateSpace, fit_synonym_weighting
 
-__all__ = ["DataConfig", "HoldOutConfig", "build_space", "training_table", "DecodeStage", "concept_key", "concept_family",
+__all__ = ["DataConfig", "HoldOutConfig", "build_space", "training_table", "DecodeStage", "epoch_order", "concept_key", "concept_family",
            "dropped_by_caps"]
 
 
@@ -70,6 +70,8 @@ class DataConfig(StrictConfig):
     max_boxes: int = Field(16, ge=2, description="boxes per image kept (extra boxes and their relations dropped)")
     max_relations: int = Field(64, ge=1, description="relations per image kept")
     decode_concurrency: int = Field(1, ge=1, description="Ray Data decode tasks in flight")
+    block_rows: int = Field(64, ge=1, description="training rows a Ray Data block holds (one decode task's output), so "
+                            "the stream's first batch waits for one block to decode, not for the whole table")
     decode_cpus: float = Field(0.25, gt=0, description="CPUs per decode task (fractional on small machines)")
 
     @field_validator("text_encoder")
@@ -330,17 +332,27 @@ def dropped_by_caps(table: pa.Table, cfg: DataConfig) -> tuple[int, int, int]:
     return dropped, total, images
 
 
+def epoch_order(rows: int, epochs: int, seed: int) -> np.ndarray:
+    """The training stream's row indices: ``epochs`` passes over ``rows`` rows, each pass its own
+    permutation drawn from ``(seed, epoch)`` (so a run's order is reproducible and no two epochs
+    share their batches)."""
+    if rows < 1 or epochs < 1:
+        raise ValueError(f"a training stream needs at least one row and one epoch, got {rows} rows, {epochs} epochs")
+    return np.concatenate([np.random.default_rng([seed, e]).permutation(rows) for e in range(epochs)])
+
+
 class DecodeStage:
     """Ray Data stage: read, resize and photometrically jitter images; pad boxes and relations.
 
-    Works on a pyarrow batch with columns uri, boxes, relations (and source); returns fixed-shape
+    Works on a pyarrow batch with columns uri, boxes, relations (and source), or, given ``rows`` (the
+    row table, shared by every call), on a batch whose ``row`` column indexes it; returns fixed-shape
     arrays, ``source`` as the row of the predicate space's scope table.
     Only photometric changes are applied: a flip would silently falsify left/right labels.
     """
 
     def __init__(self, size: int, data: DataConfig, forms: list[str], categories: list[str], seed: int = 0,
-                 sources: list[str] | None = None, keep_aspect: bool = False) -> None:
-        self.size, self.cfg, self.keep_aspect = size, data, keep_aspect
+                 sources: list[str] | None = None, keep_aspect: bool = False, rows: pa.Table | None = None) -> None:
+        self.size, self.cfg, self.keep_aspect, self.rows = size, data, keep_aspect, rows
         self.form_index = {f: i for i, f in enumerate(forms)}
         self.cat_index = {c: i for i, c in enumerate(categories)}
         self.source_index = {s: i for i, s in enumerate(sources or ["*"])}  # an unlisted source: row 0
@@ -361,6 +373,8 @@ class DecodeStage:
         from relate.api import input_scale, prepare_image
 
         n, m, S = self.cfg.max_boxes, self.cfg.max_relations, self.size
+        if self.rows is not None:
+            batch = self.rows.take(batch.column("row"))
         rows = batch.to_pylist()
         out = {"image": np.zeros((len(rows), S, S, 3), np.uint8), "boxes": np.zeros((len(rows), n, 4), np.float32),
                "box_valid": np.zeros((len(rows), n), bool), "categories": np.full((len(rows), n), -1, np.int64),

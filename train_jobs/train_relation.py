@@ -1,7 +1,8 @@
 """Train the relation model with Ray Train (DDP; gloo on CPU, nccl on GPU) on a corpus in Parquet.
 
 Ray Data streams the corpus, decoding and resizing images and applying photometric jitter in
-the pipeline (never flips: they falsify left/right, Table 14). Each step draws one multi-scale
+the pipeline (never flips: they falsify left/right, Table 14). One stream covers the whole run,
+each epoch a new permutation of the rows from ``run.seed`` (``train_dataset``). Each step draws one multi-scale
 rung. AMP on GPU, EMA weights, backbone lr below the head's, a checkpoint folder every
 ``checkpoint_every`` steps (the same folder format ``relate.api.load_model`` reads), resumption
 from the latest one after a worker failure (FailureConfig), metrics reported every step.
@@ -32,11 +33,11 @@ from relate.placement import scaling_config_kwargs
 from relate.storage import is_uri, join, redact, resolve, uri_for
 from train_jobs import run_files
 from train_jobs.relation_config import OptimConfig, RunSettings, TrainRelationConfig
-from train_jobs.relation_data import DecodeStage, build_space, dropped_by_caps, training_table
+from train_jobs.relation_data import DecodeStage, build_space, dropped_by_caps, epoch_order, training_table
 from train_jobs.relation_worker import train_loop_per_worker
 from train_jobs.run_files import PROGRESS_LOG, RunError, RunState, new_run_name
 
-__all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "main",
+__all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "train_dataset", "main",
            "resolve_storage_path", "progress_file", "RunError", "RunState", "new_run_name", "plan_run", "parse_args"]
 
 
@@ -76,6 +77,36 @@ def plan_run(cfg: TrainRelationConfig) -> RunState:
                               unique=cfg.run.unique_name)
 
 
+def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int):
+    """The training stream: every row index the run's ``total_steps`` need (``epoch_order``: one
+    permutation of the row table an epoch, from ``run.seed``), in blocks of ``data.block_rows``, decoded
+    by ``DecodeStage`` from the row table it holds.
+
+    One stream for the whole run, not one execution an epoch: each execution of a Ray Data dataset
+    starts its pipeline again (a new decode actor, its imports, its first block), and with the row table
+    as one block an epoch's first batch also waited for a full 128 MiB output block (about 3,700 of
+    cpu_long's 96 px images). That was 20-28 s at each of cpu_long's nine epoch starts, and every epoch
+    had repeated the same batches in the same order.
+    """
+    import math
+
+    import pyarrow as pa
+    import ray
+
+    per_step = cfg.optim.batch_size * cfg.run.num_workers
+    order = epoch_order(len(table), math.ceil(total_steps * per_step / max(len(table), 1)), cfg.run.seed)
+    rows = cfg.data.block_rows
+    ds = ray.data.from_arrow([pa.table({"row": order[i:i + rows]}) for i in range(0, len(order), rows)])
+    ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
+    stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
+                        forms=space["forms"], categories=space["categories"], seed=cfg.run.seed,
+                        sources=space["sources"], keep_aspect=cfg.model.backbone.keep_aspect, rows=table)
+    return ds.map_batches(DecodeStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
+                          batch_size=cfg.optim.batch_size,
+                          compute=ray.data.ActorPoolStrategy(size=cfg.data.decode_concurrency),
+                          num_cpus=cfg.data.decode_cpus)
+
+
 def build_trainer(cfg: TrainRelationConfig):
     """An unstarted TorchTrainer over the corpus (plus the driver-side predicate space)."""
     import ray
@@ -92,17 +123,9 @@ def build_trainer(cfg: TrainRelationConfig):
         print(f"data caps: {dropped} of {total} training relations ({images} images) are beyond data.max_boxes="
               f"{cfg.data.max_boxes} or data.max_relations={cfg.data.max_relations} and are not trained on; raise "
               f"them to keep every relation", flush=True)
-    ds = ray.data.from_arrow(table)
-    ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
-    stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
-                        forms=space["forms"], categories=space["categories"], seed=cfg.run.seed,
-                        sources=space["sources"], keep_aspect=cfg.model.backbone.keep_aspect)
-    ds = ds.map_batches(DecodeStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
-                        batch_size=cfg.optim.batch_size,
-                        compute=ray.data.ActorPoolStrategy(size=cfg.data.decode_concurrency),
-                        num_cpus=cfg.data.decode_cpus)
     per_step = cfg.optim.batch_size * cfg.run.num_workers
     total = cfg.optim.max_steps or cfg.optim.epochs * max(1, space["n_train"] // per_step)
+    ds = train_dataset(cfg, table, space, int(total))
     storage = resolve_storage_path(cfg.run.storage_path)
     if cfg.run.resume:
         run_files.refuse_finished(storage, cfg.run.name, int(total))

@@ -131,3 +131,52 @@ def test_decode_stage_resizes_scales_boxes_and_never_flips(tmp_path):
     assert out["categories"][0].tolist() == [0, 1]
     # box 2 was dropped by max_boxes, so is its relation; the self-loop is never kept
     assert out["rels"][0, 0].tolist() == [0, 1, 0] and (out["rels"][0, 1:] == -1).all()
+
+
+def test_epoch_order_is_a_fresh_permutation_each_epoch_and_reproducible():
+    import numpy as np
+
+    from train_jobs.relation_data import epoch_order
+
+    order = epoch_order(50, 3, seed=7)
+    assert order.shape == (150,)
+    epochs = order.reshape(3, 50)
+    for e in epochs:
+        assert sorted(e.tolist()) == list(range(50))  # every row once an epoch: none lost, none twice
+    assert not (epochs[0] == epochs[1]).all() and not (epochs[1] == epochs[2]).all()  # reshuffled each epoch
+    assert (epoch_order(50, 3, seed=7) == order).all() and not (epoch_order(50, 3, seed=8) == order).all()
+    with pytest.raises(ValueError, match="at least one row"):
+        epoch_order(0, 1, seed=0)
+
+
+def test_training_stream_holds_each_row_once_an_epoch_for_the_whole_run(ray_session, corpus, tmp_path):
+    """The train job's own stream over a corpus: as many epochs as the run's steps need, each row
+    exactly once an epoch (fingerprinted by its decoded boxes, so order does not matter), in blocks of
+    data.block_rows rather than one block of the whole table; the decode stage given row indices reads
+    the same rows as when given the rows themselves."""
+    import math
+    from collections import Counter
+
+    import numpy as np
+    import pyarrow as pa
+
+    from train_jobs.relation_data import DecodeStage, build_space, training_table
+    from train_jobs.train_relation import train_dataset
+
+    cfg = _cfg(corpus, tmp_path, "stream")
+    cfg.data.block_rows = 8
+    space = build_space(cfg.data, cfg.model.text_dim)
+    table = training_table(cfg.data, quiet=True)
+    steps = 20
+    epochs = math.ceil(steps * cfg.optim.batch_size * cfg.run.num_workers / len(table))
+    assert epochs >= 2
+    ds = train_dataset(cfg, table, space, steps)
+    batches = list(ds.iter_batches(batch_size=None, batch_format="numpy"))
+    assert len(batches) > 1 and max(len(b["boxes"]) for b in batches) <= 8  # blocks of block_rows
+    got = Counter(b.tobytes() for batch in batches for b in batch["boxes"])
+    direct = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"])(table)["boxes"]
+    assert got == Counter([b.tobytes() for b in direct] * epochs)
+    indexed = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"], rows=table)
+    out = indexed(pa.table({"row": np.array([3, 0])}))
+    assert (out["boxes"] == direct[[3, 0]]).all() and (out["rels"] == DecodeStage(
+        cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"])(table.take([3, 0]))["rels"]).all()
