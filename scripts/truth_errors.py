@@ -17,6 +17,9 @@ wrong":
 * ``--checkpoint DIR --world ROOT``: the same for any checkpoint folder, on the first ``--images``
   of a world folder's test split; for proximity and spatial it also counts the errors at |truth|
   that the picture's stretch to the square explains.
+* ``--checkpoint DIR --world ROOT --depth-margins``: where that checkpoint's depth errors at |truth|
+  sit against the world's own visibility rule (``occlusion_visible``): each pair's shared drawn
+  pixels over the threshold, reversed directions, body parts, and pairs one box all but covers.
 * ``--stretch N``: how many of the world's ``near`` and spatial decisions over the first N scenes
   change when its rules are applied to the boxes as the model receives them: the picture stretched
   to the 96 px square, against one scale for both axes (``model.backbone.keep_aspect``).
@@ -26,6 +29,7 @@ wrong":
     python scripts/truth_errors.py --stretch 600
     python scripts/truth_errors.py --work /tmp/lw --overrides model.region_pixels=4
     python scripts/truth_errors.py --checkpoint RUN/checkpoint_... --world /tmp/w6k_full --families proximity
+    python scripts/truth_errors.py --checkpoint RUN/checkpoint_... --world /tmp/w6k_full --depth-margins
 """
 
 from __future__ import annotations
@@ -191,6 +195,60 @@ def checkpoint_errors(checkpoint: str, world: str, images: int, families=FAMILIE
     _errors(load_model(checkpoint), table.slice(0, images), "synthetic_lexicon", families)
 
 
+def depth_margins(checkpoint: str, world: str, images: int) -> dict:
+    """A checkpoint's depth errors at |truth| on the first ``images`` of a world folder's test split,
+    against the world's visibility rule: for each pair, its shared drawn pixels over the rule's
+    threshold max(MIN_OCCLUSION_PX, MIN_OCCLUSION_SHARE x the smaller shape). The masks are the
+    world's own, captured as ``make_scene`` draws them."""
+    from unittest import mock
+
+    import numpy as np
+
+    import relate.data.synthetic as synthetic
+    from relate.api import load_model
+    from relate.data.corpus import read_corpus
+    from relate.data.synthetic_truth import MIN_OCCLUSION_PX, MIN_OCCLUSION_SHARE
+    from relate.data.world_truth import load_world, scene_index
+    from relate.model.score import relation_logit
+    from train_jobs.learnability import _truth
+    from train_jobs.relation_eval import concept_key
+
+    cfg, table = load_world(world), read_corpus(world, "test").slice(0, images)
+    predictor = load_model(checkpoint)
+    scores = predictor.score_images(table.column("uri").to_pylist(), table.column("boxes").to_pylist())
+    forms = np.array([concept_key(s, "synthetic_lexicon") for s in predictor.vocabulary_strings()])
+    draw, masks, cells = synthetic.shape_mask, [], []
+
+    def keep(o, w, h):
+        masks.append(draw(o, w, h))
+        return masks[-1]
+
+    with mock.patch.object(synthetic, "shape_mask", keep):
+        for sc, (truth, _), iid in zip(scores, _truth(table), table.column("image_id").to_pylist()):
+            masks.clear()
+            scene = synthetic.make_scene(scene_index(iid, cfg.seed), cfg)
+            logit = relation_logit(sc.l_pred, sc.l_pair, predictor.model.cfg.pair_weight)
+            for k, (s, o) in enumerate(sc.pairs.tolist()):
+                held = {c for a, b, c in truth if (a, b) == (s, o)}
+                shared = np.count_nonzero(masks[s] & masks[o])
+                need = max(MIN_OCCLUSION_PX, MIN_OCCLUSION_SHARE * min(masks[s].sum(), masks[o].sum()))
+                part = scene.boxes[s]["is_body_part"] or scene.boxes[o]["is_body_part"]
+                for c in ("in_front_of", "behind"):
+                    cells.append((float(logit[k, forms == c].max()), c in held, bool(held & {"in_front_of", "behind"}),
+                                  bool(part), float(shared / need)))
+    ranked = sorted(cells, key=lambda x: -x[0])
+    n = sum(x[1] for x in ranked)
+    false, missed = [x for x in ranked[:n] if not x[1]], [x for x in ranked[n:] if x[1]]
+    whole = [x[4] for x in false if not x[2] and not x[3]]
+    return {"true_cells": n, "false_above": len(false), "missed_below": len(missed),
+            "false_reversed_direction": sum(x[2] for x in false), "false_body_part": sum(x[3] and not x[2] for x in false),
+            "false_whole_no_shared_pixel": sum(r == 0 for r in whole),
+            "false_whole_under_threshold": sum(0 < r < 1 for r in whole),
+            "false_whole_within_20pct_under": sum(0.8 <= r < 1 for r in whole),
+            "false_whole_past_threshold_covered": sum(r >= 1 for r in whole),
+            "missed_within_25pct_over": sum(1 <= x[4] < 1.25 for x in missed)}
+
+
 def _errors(predictor, table, predicates: str, families) -> None:
     """Per family: the false cells among its 2 x |truth| best and the true ones ranked below |truth|,
     and, of the errors at |truth| (false cells above, true cells below), how many the picture's
@@ -259,6 +317,8 @@ def main(argv=None) -> None:
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), help="families whose errors are listed")
     ap.add_argument("--pixels", type=int, default=0, help="scenes for the colour rule's depth direction (0: skip)")
     ap.add_argument("--stretch", type=int, default=0, help="scenes for what stretching to the square changes (0: skip)")
+    ap.add_argument("--depth-margins", action="store_true", help="with --checkpoint: its depth errors against the "
+                    "world's visibility threshold")
     args = ap.parse_args(argv)
     if not (args.boxes or args.work or args.pixels or args.stretch or args.checkpoint):
         ap.error("give --boxes N, --pixels N, --stretch N, --work DIR, --checkpoint DIR --world DIR, or several")
@@ -272,7 +332,9 @@ def main(argv=None) -> None:
         print(stretch_flips(args.stretch))
     if args.work:
         model_errors(args.work, args.overrides, args.recipe, args.steps, tuple(args.families))
-    if args.checkpoint:
+    if args.checkpoint and args.depth_margins:
+        print(depth_margins(args.checkpoint, args.world, args.images))
+    elif args.checkpoint:
         checkpoint_errors(args.checkpoint, args.world, args.images, tuple(args.families))
 
 

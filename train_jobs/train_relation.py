@@ -2,10 +2,12 @@
 
 Ray Data streams the corpus, decoding and resizing images and applying photometric jitter in
 the pipeline (never flips: they falsify left/right, Table 14). One stream covers the whole run,
-each epoch a new permutation of the rows from ``run.seed`` (``train_dataset``). Each step draws one multi-scale
-rung. AMP on GPU, EMA weights, backbone lr below the head's, a checkpoint folder every
-``checkpoint_every`` steps (the same folder format ``relate.api.load_model`` reads), resumption
-from the latest one after a worker failure (FailureConfig), metrics reported every step.
+each epoch a new permutation of the rows from ``run.seed`` (``train_dataset``). Each step draws
+one multi-scale rung. AMP on GPU, EMA weights, backbone lr below the head's, a checkpoint folder
+every ``checkpoint_every`` steps (the same folder format ``relate.api.load_model`` reads),
+resumption from the latest one after a worker failure (FailureConfig; the resumed run reads its
+stream from the start), metrics to Ray Train at the log, validation and checkpoint steps and to
+TensorBoard every step (``train_jobs.relation_worker``).
 
     python -m train_jobs.train_relation --config train_jobs/configs/cpu_small.yaml \
         --set data.corpus_root=/tmp/synth
