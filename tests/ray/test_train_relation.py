@@ -174,9 +174,9 @@ def test_training_stream_holds_each_row_once_an_epoch_for_the_whole_run(ray_sess
     batches = list(ds.iter_batches(batch_size=None, batch_format="numpy"))
     assert len(batches) > 1 and max(len(b["boxes"]) for b in batches) <= 8  # blocks of block_rows
     got = Counter(b.tobytes() for batch in batches for b in batch["boxes"])
-    direct = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"])(table)["boxes"]
+    args = (cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"])
+    direct = DecodeStage(*args)(table)["boxes"]
     assert got == Counter([b.tobytes() for b in direct] * epochs)
-    indexed = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"], rows=table)
-    out = indexed(pa.table({"row": np.array([3, 0])}))
-    assert (out["boxes"] == direct[[3, 0]]).all() and (out["rels"] == DecodeStage(
-        cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"])(table.take([3, 0]))["rels"]).all()
+    out = DecodeStage(*args, rows=table)(pa.table({"row": np.array([3, 0])}))
+    assert (out["boxes"] == direct[[3, 0]]).all()
+    assert (out["rels"] == DecodeStage(*args)(table.take([3, 0]))["rels"]).all()
