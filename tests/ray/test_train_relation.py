@@ -134,8 +134,6 @@ def test_decode_stage_resizes_scales_boxes_and_never_flips(tmp_path):
 
 
 def test_epoch_order_is_a_fresh_permutation_each_epoch_and_reproducible():
-    import numpy as np
-
     from train_jobs.relation_data import epoch_order
 
     order = epoch_order(50, 3, seed=7)
