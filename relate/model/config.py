@@ -82,6 +82,9 @@ class RelationModelConfig(StrictConfig):
     region_colour_bins: int = Field(
         0, ge=0, description="with region_pixels: levels a channel of each region's soft RGB histogram (bins ** 3 "
         "features a region); 0: no histogram")
+    region_ownership: bool = Field(
+        False, description="with region_colour_bins: add where each region's own colours show, point by point, in "
+        "the pair's overlap and in both boxes (relate.model.region_pixels, ownership maps)")
     deformable: DeformableConfig = Field(default_factory=DeformableConfig, description="App. A.2 scene read")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="§ 3.2 two-stage pair sampler")
 

@@ -82,7 +82,8 @@ class RelationModel(nn.Module):
         self.pair_tf = PairTransformer(d, cfg.heads, cfg.pair_layers, cfg.joint_layers, cfg.fourier_bands, cfg.dropout)
         self.deformable = DeformableRead(d, cfg.deformable) if cfg.deformable.enabled else None
         self.occlusion = None if cfg.occlusion_cue == "off" else OcclusionCue(d, cfg.occlusion_cue, cfg.occlusion_grid)
-        self.region_pixels = RegionPixelCue(d, cfg.region_pixels, cfg.region_colour_bins) if cfg.region_pixels else None
+        self.region_pixels = RegionPixelCue(d, cfg.region_pixels, cfg.region_colour_bins,
+                                            ownership=cfg.region_ownership) if cfg.region_pixels else None
         self.head = TwoBranchHead(d, cfg.text_dim, cfg.gate_hidden, cfg.tau_init, cfg.beta_init, cfg.dropout)
         self.grounding = nn.Linear(d, cfg.text_dim)
 

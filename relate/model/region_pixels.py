@@ -34,7 +34,7 @@ from torchvision.ops import roi_align
 from relate.geometry import contact_box
 from relate.model.pooling import gather_pairs
 
-__all__ = ["RegionPixelCue", "region_cells", "colour_histogram", "pair_colour_features", "HISTOGRAM_SAMPLES"]
+__all__ = ["RegionPixelCue", "region_cells", "colour_bins", "colour_histogram", "own_colours", "pair_colour_features", "HISTOGRAM_SAMPLES"]
 
 # point samples a side per region for the histogram (bilinear, one at each sub-cell centre)
 HISTOGRAM_SAMPLES = 8
@@ -57,12 +57,13 @@ def region_cells(pixels: torch.Tensor, boxes: torch.Tensor, cells: int) -> torch
     return pooled.view(b, n, -1)
 
 
-def colour_histogram(images: torch.Tensor, boxes: torch.Tensor, bins: int,
-                     samples: int = HISTOGRAM_SAMPLES) -> torch.Tensor:
-    """images (B, 3, H, W) in [0, 1]; boxes (B, N, 4) -> (B, N, bins ** 3) soft joint RGB histogram
-    of ``samples`` x ``samples`` point samples of each box (each sums to 1). A channel value v
-    weighs the level centres c_l = (l + 0.5) / bins by max(0, 1 - |v - c_l| * bins), renormalised
-    (a value beyond the outer centres belongs wholly to the outer level)."""
+def colour_bins(images: torch.Tensor, boxes: torch.Tensor, bins: int,
+                samples: int = HISTOGRAM_SAMPLES) -> torch.Tensor:
+    """images (B, 3, H, W) in [0, 1]; boxes (B, N, 4) -> (B, N, samples ** 2, bins ** 3): each of
+    ``samples`` x ``samples`` point samples of each box (row-major) as its soft joint RGB bin weights
+    (each sums to 1). A channel value v weighs the level centres c_l = (l + 0.5) / bins by
+    max(0, 1 - |v - c_l| * bins), renormalised (a value beyond the outer centres belongs wholly to the
+    outer level)."""
     b, n = boxes.shape[:2]
     pts = roi_align(images, _rois(boxes).to(images.dtype), (samples, samples), spatial_scale=1.0, sampling_ratio=1,
                     aligned=True)  # (B*N, 3, s, s)
@@ -71,8 +72,22 @@ def colour_histogram(images: torch.Tensor, boxes: torch.Tensor, bins: int,
     w = (1 - (v[..., None] - centres).abs() * bins).clamp(min=0)  # (B*N, S, 3, bins)
     w = w / w.sum(-1, keepdim=True).clamp(min=1e-6)
     joint = torch.einsum("sa,sb,sc->sabc", w[..., 0, :].flatten(0, 1), w[..., 1, :].flatten(0, 1),
-                         w[..., 2, :].flatten(0, 1)).view(b * n, -1, bins ** 3)
-    return joint.mean(1).view(b, n, -1)
+                         w[..., 2, :].flatten(0, 1))
+    return joint.reshape(b, n, samples * samples, bins ** 3)
+
+
+def colour_histogram(images: torch.Tensor, boxes: torch.Tensor, bins: int,
+                     samples: int = HISTOGRAM_SAMPLES) -> torch.Tensor:
+    """images (B, 3, H, W) in [0, 1]; boxes (B, N, 4) -> (B, N, bins ** 3) soft joint RGB histogram
+    of ``samples`` x ``samples`` point samples of each box (each sums to 1): ``colour_bins`` averaged."""
+    return colour_bins(images, boxes, bins, samples).mean(2)
+
+
+def own_colours(h_box: torch.Tensor, area_box: torch.Tensor, h_x: torch.Tensor, area_x: torch.Tensor) -> torch.Tensor:
+    """A box's histogram less its overlap with the other box: (area_box * h_box - area_x * h_x),
+    clamped at zero and scaled to a peak of 1, the colours of the part only this box covers."""
+    own = (area_box[..., None] * h_box - area_x[..., None] * h_x).clamp(min=0)
+    return own / own.amax(-1, keepdim=True).clamp(min=1e-6)
 
 
 def pair_colour_features(r_s: torch.Tensor, r_o: torch.Tensor) -> torch.Tensor:
@@ -85,14 +100,17 @@ def pair_colour_features(r_s: torch.Tensor, r_o: torch.Tensor) -> torch.Tensor:
 class RegionPixelCue(nn.Module):
     """Embeds the pair's regions, read from the input pixels, into the pair width d (added to x_ij)."""
 
-    def __init__(self, dim: int, cells: int, bins: int = 0, channels: int = 3) -> None:
+    def __init__(self, dim: int, cells: int, bins: int = 0, channels: int = 3, ownership: bool = False) -> None:
         super().__init__()
         if cells < 1:
             raise ValueError(f"region pixel cue needs at least 1 cell a side, got {cells}")
         if bins < 0:
             raise ValueError(f"colour histogram levels must be >= 0 (0: none), got {bins}")
-        self.cells, self.bins = cells, bins
-        width = 5 * channels * cells * cells + (8 * bins ** 3 if bins else 0)
+        if ownership and not bins:
+            raise ValueError("the ownership maps compare colour histograms: they need colour bins (bins > 0)")
+        self.cells, self.bins, self.ownership = cells, bins, ownership
+        width = (5 * channels * cells * cells + (8 * bins ** 3 if bins else 0)
+                 + (6 * HISTOGRAM_SAMPLES ** 2 if ownership else 0))
         self.embed = nn.Sequential(nn.Linear(width, dim), nn.GELU(), nn.Linear(dim, dim))
 
     def forward(self, images: torch.Tensor, boxes: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
@@ -104,9 +122,28 @@ class RegionPixelCue(nn.Module):
         r_c = region_cells(images, contact, self.cells)
         feats = [pair_colour_features(r_s, r_o), r_c]
         if self.bins:
-            h_s, h_o = gather_pairs(colour_histogram(images, boxes, self.bins), pairs)
-            h_c = colour_histogram(images, contact, self.bins)
+            per_box, per_contact = colour_bins(images, boxes, self.bins), colour_bins(images, contact, self.bins)
+            h_s, h_o = gather_pairs(per_box.mean(2), pairs)
+            h_c = per_contact.mean(2)
             # whose colours the overlap shows: the front region's (occlusion order)
             feats += [pair_colour_features(h_s, h_o), torch.minimum(h_s, h_o), h_c, torch.minimum(h_c, h_s),
                       torch.minimum(h_c, h_o)]
+            if self.ownership:
+                feats += _ownership_maps(per_box, per_contact, h_s, h_o, h_c, bs, bo, pairs)
         return self.embed(torch.cat(feats, dim=-1))
+
+
+def _area(boxes: torch.Tensor) -> torch.Tensor:
+    return (boxes[..., 2] - boxes[..., 0]).clamp(min=0) * (boxes[..., 3] - boxes[..., 1]).clamp(min=0)
+
+
+def _ownership_maps(per_box, per_contact, h_s, h_o, h_c, bs, bo, pairs) -> list[torch.Tensor]:
+    """Where each of the pair's own colours shows: every point sample of the contact region, the
+    subject's box and the object's box, weighed against the colours only the subject's box shows and
+    those only the object's shows (``own_colours``), six maps of ``HISTOGRAM_SAMPLES`` ** 2."""
+    inter = torch.cat([torch.maximum(bs[..., :2], bo[..., :2]), torch.minimum(bs[..., 2:], bo[..., 2:])], dim=-1)
+    a_x = _area(inter)
+    k_s, k_o = own_colours(h_s, _area(bs), h_c, a_x), own_colours(h_o, _area(bo), h_c, a_x)
+    b_s, b_o = gather_pairs(per_box, pairs)
+    keys = torch.stack([k_s, k_o], dim=-1)  # (B, P, K, 2)
+    return [torch.einsum("bpsk,bpkt->bpst", region, keys).flatten(-2) for region in (per_contact, b_s, b_o)]

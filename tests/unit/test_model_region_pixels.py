@@ -9,7 +9,8 @@ import torch
 from relate.model.config import BackboneConfig, RelationModelConfig
 from relate.model.model import create_relation_model
 from relate.geometry import contact_box
-from relate.model.region_pixels import RegionPixelCue, colour_histogram, pair_colour_features, region_cells
+from relate.model.region_pixels import (HISTOGRAM_SAMPLES, RegionPixelCue, colour_histogram, own_colours,
+                                        pair_colour_features, region_cells)
 
 
 def test_cells_are_the_mean_of_the_pixels_each_covers():
@@ -128,3 +129,45 @@ def test_overlap_histogram_shows_the_front_region():
         h_c = colour_histogram(img, contact, 4)[0, 0]
         with_a, with_b = float(torch.minimum(h_c, h[0]).sum()), float(torch.minimum(h_c, h[1]).sum())
         assert (with_a > with_b + 0.3) if front == "a" else (with_b > with_a + 0.3), (front, with_a, with_b)
+
+
+def test_own_colours_remove_the_overlap_from_a_box_histogram():
+    """Hand-worked: a 10 x 10 box half red, half blue (bins 0 and 1), whose 5 x 10 overlap with the
+    other box is all blue: what only this box covers is all red (peak scaled to 1)."""
+    h_box, h_x = torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([[0.0, 1.0, 0.0]])
+    own = own_colours(h_box, torch.tensor([100.0]), h_x, torch.tensor([50.0]))
+    assert torch.allclose(own, torch.tensor([[1.0, 0.0, 0.0]]))
+    # no overlap: the box's own histogram, scaled to its peak
+    assert torch.allclose(own_colours(h_box, torch.tensor([100.0]), h_x, torch.tensor([0.0])),
+                          torch.tensor([[1.0, 1.0, 0.0]]))
+
+
+def test_ownership_maps_show_whose_colour_fills_the_overlap():
+    """Two overlapping bars on grey, red [0, 20) and blue [12, 32): drawn red over blue, every point of
+    the overlap [12, 20) shows the subject's own colour and none the object's; drawn blue over red, the
+    reverse. The subject box's own map shows red where the subject is visible: all of it when in front,
+    12 of 20 columns when behind (the sample columns over x < 12)."""
+    red, blue = torch.tensor([0.9, 0.1, 0.1]), torch.tensor([0.1, 0.1, 0.9])
+    boxes = torch.tensor([[[0, 0, 20, 16], [12, 0, 32, 16]]], dtype=torch.float32)
+    pairs = torch.tensor([[[0, 1]]])
+    s = HISTOGRAM_SAMPLES ** 2
+    for front in ("subject", "object"):
+        img = torch.full((1, 3, 16, 32), 0.5)
+        order = ((0, 20, red), (12, 32, blue)) if front == "object" else ((12, 32, blue), (0, 20, red))
+        for x1, x2, colour in order:  # back to front
+            img[0, :, :, x1:x2] = colour[:, None, None]
+        cue = RegionPixelCue(8, cells=1, bins=4, ownership=True)
+        cue.embed = torch.nn.Identity()  # read the features themselves
+        out = cue(img, boxes, pairs)[0, 0]
+        maps = out[-6 * s:].view(3, s, 2)  # contact, subject box, object box x (subject key, object key)
+        feats = {"contact_s": maps[0, :, 0], "contact_o": maps[0, :, 1], "subject_s": maps[1, :, 0]}
+        if front == "subject":
+            assert torch.allclose(feats["contact_s"], torch.ones(s)) and torch.allclose(feats["contact_o"], torch.zeros(s))
+            assert torch.allclose(feats["subject_s"], torch.ones(s))
+        else:
+            assert torch.allclose(feats["contact_s"], torch.zeros(s)) and torch.allclose(feats["contact_o"], torch.ones(s))
+            cols = feats["subject_s"].view(HISTOGRAM_SAMPLES, HISTOGRAM_SAMPLES)
+            x = (torch.arange(HISTOGRAM_SAMPLES) + 0.5) * 20 / HISTOGRAM_SAMPLES  # sample column centres
+            assert torch.allclose(cols, (x < 12).float().expand(HISTOGRAM_SAMPLES, -1))
+    with pytest.raises(ValueError, match="need colour bins"):
+        RegionPixelCue(8, cells=2, bins=0, ownership=True)
