@@ -5,9 +5,9 @@ the pipeline (never flips: they falsify left/right, Table 14). One stream covers
 each epoch a new permutation of the rows from ``run.seed`` (``train_dataset``). Each step draws
 one multi-scale rung. AMP on GPU, EMA weights, backbone lr below the head's, a checkpoint folder
 every ``checkpoint_every`` steps (the same folder format ``relate.api.load_model`` reads),
-resumption from the latest one after a worker failure (FailureConfig; the resumed run reads its
-stream from the start), metrics to Ray Train at the log, validation and checkpoint steps and to
-TensorBoard every step (``train_jobs.relation_worker``).
+resumption from the latest one after a worker failure (FailureConfig) or with ``--resume``, the
+stream starting at the rows of the restored step (``ResumableStream``), metrics to Ray Train at
+the log, validation and checkpoint steps and to TensorBoard every step (``train_jobs.relation_worker``).
 
     python -m train_jobs.train_relation --config train_jobs/configs/cpu_small.yaml \
         --set data.corpus_root=/tmp/synth
@@ -39,7 +39,8 @@ from train_jobs.relation_data import DecodeStage, build_space, dropped_by_caps, 
 from train_jobs.relation_worker import train_loop_per_worker
 from train_jobs.run_files import PROGRESS_LOG, RunError, RunState, new_run_name
 
-__all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "train_dataset", "main",
+__all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "train_dataset",
+           "ResumableStream", "main",
            "resolve_storage_path", "progress_file", "RunError", "RunState", "new_run_name", "plan_run", "parse_args"]
 
 
@@ -79,16 +80,17 @@ def plan_run(cfg: TrainRelationConfig) -> RunState:
                               unique=cfg.run.unique_name)
 
 
-def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int):
-    """The training stream: every row index the run's ``total_steps`` need (``epoch_order``: one
-    permutation of the row table an epoch, from ``run.seed``), in blocks of ``data.block_rows``, decoded
-    by ``DecodeStage`` from the row table it holds.
+def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int, start_step: int = 0):
+    """The training stream: every row index the run's steps from ``start_step`` to ``total_steps`` need
+    (``epoch_order``: one permutation of the row table an epoch, from ``run.seed``), in blocks of
+    ``data.block_rows``, decoded by ``DecodeStage`` from the row table it holds.
 
     One stream for the whole run, not one execution an epoch: each execution of a Ray Data dataset
     starts its pipeline again (a new decode actor, its imports, its first block), and with the row table
     as one block an epoch's first batch also waited for a full 128 MiB output block (about 3,700 of
     cpu_long's 96 px images). That was 20-28 s at each of cpu_long's nine epoch starts, and every epoch
-    had repeated the same batches in the same order.
+    had repeated the same batches in the same order. A run resumed at step k starts the same order at
+    the rows of step k (``ResumableStream``).
     """
     import math
 
@@ -97,8 +99,10 @@ def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int
 
     per_step = cfg.optim.batch_size * cfg.run.num_workers
     order = epoch_order(len(table), math.ceil(total_steps * per_step / max(len(table), 1)), cfg.run.seed)
+    order = order[min(max(start_step, 0) * per_step, len(order)):]
     rows = cfg.data.block_rows
-    ds = ray.data.from_arrow([pa.table({"row": order[i:i + rows]}) for i in range(0, len(order), rows)])
+    ds = ray.data.from_arrow([pa.table({"row": order[i:i + rows]}) for i in range(0, len(order), rows)]
+                             or [pa.table({"row": pa.array([], pa.int64())})])
     ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
     stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
                         forms=space["forms"], categories=space["categories"], seed=cfg.run.seed,
@@ -107,6 +111,25 @@ def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int
                           batch_size=cfg.optim.batch_size,
                           compute=ray.data.ActorPoolStrategy(size=cfg.data.decode_concurrency),
                           num_cpus=cfg.data.decode_cpus)
+
+
+@dataclass
+class ResumableStream:
+    """The ``train`` dataset given to Ray Train as a factory, which Ray Train calls each time it starts
+    the worker group: at the first start, and again after a worker failure, when the workers restore
+    the latest checkpoint. Each call starts the stream at the rows of that checkpoint's step (Ray
+    Train's record of it in the run folder, ``run_files.latest_step``), so a restarted run neither
+    trains its first rows again nor leaves its last ones out; a new run starts at step 0."""
+
+    cfg: TrainRelationConfig
+    table: object
+    space: dict
+    total_steps: int
+    storage: str
+
+    def __call__(self):
+        start = run_files.latest_step(self.storage, self.cfg.run.name)
+        return train_dataset(self.cfg, self.table, self.space, self.total_steps, start_step=start)
 
 
 def build_trainer(cfg: TrainRelationConfig):
@@ -127,8 +150,8 @@ def build_trainer(cfg: TrainRelationConfig):
               f"them to keep every relation", flush=True)
     per_step = cfg.optim.batch_size * cfg.run.num_workers
     total = cfg.optim.max_steps or cfg.optim.epochs * max(1, space["n_train"] // per_step)
-    ds = train_dataset(cfg, table, space, int(total))
     storage = resolve_storage_path(cfg.run.storage_path)
+    stream = ResumableStream(cfg, table, space, int(total), storage)
     if cfg.run.resume:
         run_files.refuse_finished(storage, cfg.run.name, int(total))
     run_config = ray.train.RunConfig(
@@ -142,7 +165,7 @@ def build_trainer(cfg: TrainRelationConfig):
         train_loop_per_worker, train_loop_config=loop_cfg,
         scaling_config=ray.train.ScalingConfig(**scaling),
         torch_config=TorchConfig(backend="nccl" if scaling["use_gpu"] else "gloo"),
-        run_config=run_config, datasets={"train": ds})
+        run_config=run_config, datasets={"train": stream})
 
 
 def main(cfg: TrainRelationConfig) -> TrainRelationResult:

@@ -34,7 +34,8 @@ from torchvision.ops import roi_align
 from relate.geometry import contact_box
 from relate.model.pooling import gather_pairs
 
-__all__ = ["RegionPixelCue", "region_cells", "colour_bins", "colour_histogram", "own_colours", "pair_colour_features", "HISTOGRAM_SAMPLES"]
+__all__ = ["RegionPixelCue", "region_cells", "colour_bins", "colour_histogram", "own_colours", "pair_colour_features",
+           "HISTOGRAM_SAMPLES"]
 
 # point samples a side per region for the histogram (bilinear, one at each sub-cell centre)
 HISTOGRAM_SAMPLES = 8

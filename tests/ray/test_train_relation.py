@@ -178,3 +178,36 @@ def test_training_stream_holds_each_row_once_an_epoch_for_the_whole_run(ray_sess
     out = DecodeStage(*args, rows=table)(pa.table({"row": np.array([3, 0])}))
     assert (out["boxes"] == direct[[3, 0]]).all()
     assert (out["rels"] == DecodeStage(*args)(table.take([3, 0]))["rels"]).all()
+
+
+def test_a_restarted_run_streams_from_the_rows_of_its_restored_step(ray_session, corpus, tmp_path):
+    """Ray Train calls the train dataset's factory at each worker-group start. A new run streams the
+    whole order; once the run folder records a checkpoint at step 3 (Ray Train's snapshot, as
+    ``run_files`` reads it after a worker failure or for --resume), the stream starts at the rows of
+    step 3: none of the first three steps' rows again, and none of the rest left out."""
+    import json
+    import math
+    from collections import Counter
+
+    from train_jobs.relation_data import DecodeStage, build_space, epoch_order, training_table
+    from train_jobs.run_files import SNAPSHOT
+    from train_jobs.train_relation import ResumableStream
+
+    cfg = _cfg(corpus, tmp_path, "resumable")
+    cfg.data.block_rows = 8
+    space = build_space(cfg.data, cfg.model.text_dim)
+    table = training_table(cfg.data, quiet=True)
+    steps, per_step = 10, cfg.optim.batch_size * cfg.run.num_workers
+    order = epoch_order(len(table), math.ceil(steps * per_step / len(table)), cfg.run.seed)
+    direct = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"])(table)["boxes"]
+    stream = ResumableStream(cfg, table, space, steps, str(tmp_path))
+
+    def streamed():
+        return Counter(b.tobytes() for batch in stream().iter_batches(batch_size=None, batch_format="numpy")
+                       for b in batch["boxes"])
+
+    assert streamed() == Counter(direct[i].tobytes() for i in order)
+    (tmp_path / "resumable").mkdir()
+    record = {"checkpoint_dir_name": "checkpoint_3", "metrics": {"step": 3}}
+    (tmp_path / "resumable" / SNAPSHOT).write_text(json.dumps({"latest_checkpoint_result": record}))
+    assert streamed() == Counter(direct[i].tobytes() for i in order[3 * per_step:])

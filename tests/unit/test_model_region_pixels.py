@@ -162,10 +162,12 @@ def test_ownership_maps_show_whose_colour_fills_the_overlap():
         maps = out[-6 * s:].view(3, s, 2)  # contact, subject box, object box x (subject key, object key)
         feats = {"contact_s": maps[0, :, 0], "contact_o": maps[0, :, 1], "subject_s": maps[1, :, 0]}
         if front == "subject":
-            assert torch.allclose(feats["contact_s"], torch.ones(s)) and torch.allclose(feats["contact_o"], torch.zeros(s))
+            assert torch.allclose(feats["contact_s"], torch.ones(s))
+            assert torch.allclose(feats["contact_o"], torch.zeros(s))
             assert torch.allclose(feats["subject_s"], torch.ones(s))
         else:
-            assert torch.allclose(feats["contact_s"], torch.zeros(s)) and torch.allclose(feats["contact_o"], torch.ones(s))
+            assert torch.allclose(feats["contact_s"], torch.zeros(s))
+            assert torch.allclose(feats["contact_o"], torch.ones(s))
             cols = feats["subject_s"].view(HISTOGRAM_SAMPLES, HISTOGRAM_SAMPLES)
             x = (torch.arange(HISTOGRAM_SAMPLES) + 0.5) * 20 / HISTOGRAM_SAMPLES  # sample column centres
             assert torch.allclose(cols, (x < 12).float().expand(HISTOGRAM_SAMPLES, -1))
