@@ -94,15 +94,16 @@ def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int
     """
     import math
 
-    import pyarrow as pa
     import ray
 
     per_step = cfg.optim.batch_size * cfg.run.num_workers
     order = epoch_order(len(table), math.ceil(total_steps * per_step / max(len(table), 1)), cfg.run.seed)
     order = order[min(max(start_step, 0) * per_step, len(order)):]
-    rows = cfg.data.block_rows
-    ds = ray.data.from_arrow([pa.table({"row": order[i:i + rows]}) for i in range(0, len(order), rows)]
-                             or [pa.table({"row": pa.array([], pa.int64())})])
+    # Built where it is called, with no Ray task: Ray Train calls this in its controller once the
+    # workers hold their CPUs, and from_arrow's metadata tasks (1 CPU each) then never get one
+    # (cpu_long's two 0.75-CPU workers leave 0.5 of 2). from_items reads its blocks' metadata itself.
+    ds = ray.data.from_items([{"row": int(i)} for i in order],
+                             override_num_blocks=max(1, math.ceil(len(order) / cfg.data.block_rows)))
     ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
     stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
                         forms=space["forms"], categories=space["categories"], seed=cfg.run.seed,

@@ -21,6 +21,13 @@ the shared pixels show the front one's colours: an occlusion-order cue that, unl
 ``relate.model.occlusion``'s pooled means, is not diluted by background and shading), embedded
 and added to the pair vector.
 
+* **ownership maps** (``ownership``): each box's own colours are its histogram less the overlap's
+  (``own_colours``: what only that box covers); every point sample of the overlap and of both boxes
+  is weighed against the subject's own colours and against the object's. Where the drawn shapes
+  overlap, the front one's colour fills the overlap, and a box's own map traces its visible shape:
+  the point-by-point reading a box-level histogram averages away. On the synthetic world it lifts
+  depth direction from 0.85 to 0.91 at the CPU budget (docs/jobs/training.md, "Ownership maps").
+
 It is not part of the paper's architecture (a pretrained DINOv3 carries colour in its tokens), so
 it is off in the released recipe and on in the CPU recipes that train a backbone from scratch.
 """

@@ -180,11 +180,13 @@ def test_training_stream_holds_each_row_once_an_epoch_for_the_whole_run(ray_sess
     assert (out["rels"] == DecodeStage(*args)(table.take([3, 0]))["rels"]).all()
 
 
+@pytest.mark.timeout(300)  # a factory that waits for a CPU the workers hold hangs: fail, do not hang
 def test_a_restarted_run_streams_from_the_rows_of_its_restored_step(ray_session, corpus, tmp_path):
-    """Ray Train calls the train dataset's factory at each worker-group start. A new run streams the
-    whole order; once the run folder records a checkpoint at step 3 (Ray Train's snapshot, as
-    ``run_files`` reads it after a worker failure or for --resume), the stream starts at the rows of
-    step 3: none of the first three steps' rows again, and none of the rest left out."""
+    """Ray Train calls the train dataset's factory at each worker-group start, in its controller, while
+    the workers hold their CPUs (here 1.5 of 2, as cpu_long's two 0.75-CPU workers do). A new run
+    streams the whole order; once the run folder records a checkpoint at step 3 (Ray Train's
+    snapshot, as ``run_files`` reads it after a worker failure or for --resume), the stream starts at
+    the rows of step 3: none of the first three steps' rows again, and none of the rest left out."""
     import json
     import math
     from collections import Counter
@@ -206,8 +208,18 @@ def test_a_restarted_run_streams_from_the_rows_of_its_restored_step(ray_session,
         return Counter(b.tobytes() for batch in stream().iter_batches(batch_size=None, batch_format="numpy")
                        for b in batch["boxes"])
 
-    assert streamed() == Counter(direct[i].tobytes() for i in order)
-    (tmp_path / "resumable").mkdir()
-    record = {"checkpoint_dir_name": "checkpoint_3", "metrics": {"step": 3}}
-    (tmp_path / "resumable" / SNAPSHOT).write_text(json.dumps({"latest_checkpoint_result": record}))
-    assert streamed() == Counter(direct[i].tobytes() for i in order[3 * per_step:])
+    @ray_session.remote(num_cpus=1.5)
+    class Workers:
+        def ready(self):
+            return True
+
+    workers = Workers.remote()
+    ray_session.get(workers.ready.remote())
+    try:
+        assert streamed() == Counter(direct[i].tobytes() for i in order)
+        (tmp_path / "resumable").mkdir()
+        record = {"checkpoint_dir_name": "checkpoint_3", "metrics": {"step": 3}}
+        (tmp_path / "resumable" / SNAPSHOT).write_text(json.dumps({"latest_checkpoint_result": record}))
+        assert streamed() == Counter(direct[i].tobytes() for i in order[3 * per_step:])
+    finally:
+        ray_session.kill(workers)
