@@ -26,7 +26,8 @@ and added to the pair vector.
   is weighed against the subject's own colours and against the object's. Where the drawn shapes
   overlap, the front one's colour fills the overlap, and a box's own map traces its visible shape:
   the point-by-point reading a box-level histogram averages away. On the synthetic world it lifts
-  depth direction from 0.85 to 0.91 at the CPU budget (docs/jobs/training.md, "Ownership maps").
+  depth direction from 0.86 to 0.90 and depth AP from 0.76 to 0.83 at the CPU budget
+  (docs/jobs/training.md, "Ownership maps").
 
 It is not part of the paper's architecture (a pretrained DINOv3 carries colour in its tokens), so
 it is off in the released recipe and on in the CPU recipes that train a backbone from scratch.
