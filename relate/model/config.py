@@ -85,6 +85,10 @@ class RelationModelConfig(StrictConfig):
     region_ownership: bool = Field(
         False, description="with region_colour_bins: add where each region's own colours show, point by point, in "
         "the pair's overlap and in both boxes (relate.model.region_pixels, ownership maps)")
+    region_glimpse: int = Field(
+        0, ge=0, description="add relate.model.glimpse to each box feature: the box cropped from the input pixels to "
+        "this many pixels a side and read by a small CNN, trained by the grounding loss (not in the paper; for "
+        "backbones trained from scratch at low resolution); 0: off")
     deformable: DeformableConfig = Field(default_factory=DeformableConfig, description="App. A.2 scene read")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="§ 3.2 two-stage pair sampler")
 

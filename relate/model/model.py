@@ -19,6 +19,7 @@ from relate.model.backbone import Preprocessing, create_backbone
 from relate.model.branches import BranchScores, ScoringMatrix, TwoBranchHead
 from relate.model.config import RelationModelConfig
 from relate.model.deformable import DeformableRead
+from relate.model.glimpse import RegionGlimpse
 from relate.model.occlusion import OcclusionCue
 from relate.model.pair_head import PairEncoder, PairTransformer, geometry_features, scene_tokens
 from relate.model.pooling import PairRegionPool, gather_pairs
@@ -84,6 +85,7 @@ class RelationModel(nn.Module):
         self.occlusion = None if cfg.occlusion_cue == "off" else OcclusionCue(d, cfg.occlusion_cue, cfg.occlusion_grid)
         self.region_pixels = RegionPixelCue(d, cfg.region_pixels, cfg.region_colour_bins,
                                             ownership=cfg.region_ownership) if cfg.region_pixels else None
+        self.glimpse = RegionGlimpse(d, cfg.region_glimpse) if cfg.region_glimpse else None
         self.head = TwoBranchHead(d, cfg.text_dim, cfg.gate_hidden, cfg.tau_init, cfg.beta_init, cfg.dropout)
         self.grounding = nn.Linear(d, cfg.text_dim)
 
@@ -113,6 +115,8 @@ class RelationModel(nn.Module):
         scale = boxes.new_tensor([W, H, W, H])
         boxes_n = boxes / scale
         v = self.box_pool(tokens, grid, boxes_n, masks)
+        if self.glimpse is not None:
+            v = v + self.glimpse(images, boxes)
         g_all = geometry_features(boxes[:, :, None].expand(-1, -1, n, -1), boxes[:, None].expand(-1, n, -1, -1),
                                   None if masks is None else _mask_slots(masks, boxes_n).view(b, n, n, 4))
         g_all = g_all.flatten(1, 2)
