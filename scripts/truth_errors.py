@@ -20,6 +20,9 @@ wrong":
 * ``--checkpoint DIR --world ROOT --depth-margins``: where that checkpoint's depth errors at |truth|
   sit against the world's own visibility rule (``occlusion_visible``): each pair's shared drawn
   pixels over the threshold, reversed directions, body parts, and pairs one box all but covers.
+* ``--naming`` with ``--work`` or ``--checkpoint``: how often the model names each box's category,
+  its grounding embedding's nearest category name (the object-text grounding of App. B.1, over the
+  categories of the scored split), per category and the commonest confusions.
 * ``--stretch N``: how many of the world's ``near`` and spatial decisions over the first N scenes
   change when its rules are applied to the boxes as the model receives them: the picture stretched
   to the 96 px square, against one scale for both axes (``model.backbone.keep_aspect``).
@@ -30,6 +33,7 @@ wrong":
     python scripts/truth_errors.py --work /tmp/lw --overrides model.region_pixels=4
     python scripts/truth_errors.py --checkpoint RUN/checkpoint_... --world /tmp/w6k_full --families proximity
     python scripts/truth_errors.py --checkpoint RUN/checkpoint_... --world /tmp/w6k_full --depth-margins
+    python scripts/truth_errors.py --work /tmp/lw --overrides model.region_glimpse=16 --naming
 """
 
 from __future__ import annotations
@@ -166,8 +170,9 @@ def stretch_flips(scenes: int, side: int = 96) -> dict[str, float]:
     return out
 
 
-def model_errors(work: str, overrides: list[str], recipe: str, steps: int, families=FAMILIES) -> None:
-    """The errors of a ``train_jobs.learnability`` run's final EMA weights on its held-out split."""
+def work_predictor(work: str, overrides: list[str], recipe: str, steps: int):
+    """A ``train_jobs.learnability`` run's final EMA weights as a predictor, its held-out split and the
+    recipe's predicate set."""
     import torch
 
     from relate.api import RelationPredictor
@@ -181,8 +186,54 @@ def model_errors(work: str, overrides: list[str], recipe: str, steps: int, famil
     space = build_space(train_cfg.data, train_cfg.model.text_dim)
     model = create_relation_model(train_cfg.model)
     model.load_state_dict(torch.load(Path(work) / "ema_weights.pt", weights_only=True))
-    _errors(RelationPredictor(model.eval(), space["bank"]), read_corpus(work, "test"), train_cfg.data.predicates,
-            families)
+    return RelationPredictor(model.eval(), space["bank"]), read_corpus(work, "test"), train_cfg.data.predicates
+
+
+def model_errors(work: str, overrides: list[str], recipe: str, steps: int, families=FAMILIES) -> None:
+    """The errors of a ``train_jobs.learnability`` run's final EMA weights on its held-out split."""
+    _errors(*work_predictor(work, overrides, recipe, steps), families)
+
+
+def naming(predictor, table, batch: int = 16) -> dict:
+    """How often the model's grounding embedding of a box is nearest the text embedding of its own
+    category, among the categories of ``table`` (encoded by the predictor's text encoder): overall, per
+    category, and the commonest (true, named) confusions."""
+    import numpy as np
+    import torch
+
+    from relate.api import _as_array, input_scale, prepare_image
+    from relate.text.bank import build_bank
+
+    model, pre = predictor.model, predictor.model.preprocessing
+    boxes_col = table.column("boxes").to_pylist()
+    names = sorted({b["category"] for bx in boxes_col for b in bx})
+    cat_bank = torch.as_tensor(build_bank(names, encoder_name=predictor.text_encoder).matrix)
+    bank = torch.as_tensor(predictor._bank_for(None)[1])
+    hits, total, confused = Counter(), Counter(), Counter()
+    uris = table.column("uri").to_pylist()
+    with torch.no_grad():
+        for start in range(0, len(uris), batch):
+            arrays = [_as_array(u) for u in uris[start:start + batch]]
+            regions = boxes_col[start:start + batch]
+            n = max(len(r) for r in regions)
+            imgs = torch.stack([prepare_image(a, pre.img_size, pre.interpolation, pre.keep_aspect) for a in arrays])
+            boxes, valid = torch.zeros(len(arrays), n, 4), torch.zeros(len(arrays), n, dtype=torch.bool)
+            for k, (a, r) in enumerate(zip(arrays, regions)):
+                sx, sy = input_scale(a.shape[0], a.shape[1], pre.img_size, pre.keep_aspect)
+                boxes[k, : len(r)] = torch.tensor([[b["x1"] * sx, b["y1"] * sy, b["x2"] * sx, b["y2"] * sy] for b in r])
+                valid[k, : len(r)] = True
+            named = (model(imgs, boxes, valid, bank.to(imgs.dtype)).grounding @ cat_bank.T.float()).argmax(-1)
+            for k, r in enumerate(regions):
+                for i, b in enumerate(r):
+                    got = names[int(named[k, i])]
+                    total[b["category"]] += 1
+                    hits[b["category"]] += got == b["category"]
+                    if got != b["category"]:
+                        confused[(b["category"], got)] += 1
+    return {"named": round(sum(hits.values()) / max(sum(total.values()), 1), 3),
+            "per_category": {c: round(hits[c] / total[c], 3) for c in names if total[c]},
+            "confused": confused.most_common(8), "boxes": int(sum(total.values())),
+            "categories": len(names), "chance": round(float(np.max(list(total.values()))) / sum(total.values()), 3)}
 
 
 def checkpoint_errors(checkpoint: str, world: str, images: int, families=FAMILIES) -> None:
@@ -317,6 +368,8 @@ def main(argv=None) -> None:
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), help="families whose errors are listed")
     ap.add_argument("--pixels", type=int, default=0, help="scenes for the colour rule's depth direction (0: skip)")
     ap.add_argument("--stretch", type=int, default=0, help="scenes for what stretching to the square changes (0: skip)")
+    ap.add_argument("--naming", action="store_true", help="with --work or --checkpoint: how often the model names "
+                    "each box's category through its grounding head")
     ap.add_argument("--depth-margins", action="store_true", help="with --checkpoint: its depth errors against the "
                     "world's visibility threshold")
     args = ap.parse_args(argv)
@@ -330,9 +383,17 @@ def main(argv=None) -> None:
         print(pixel_direction(args.pixels))
     if args.stretch:
         print(stretch_flips(args.stretch))
-    if args.work:
+    if args.work and args.naming:
+        predictor, table, _ = work_predictor(args.work, args.overrides, args.recipe, args.steps)
+        print(naming(predictor, table))
+    elif args.work:
         model_errors(args.work, args.overrides, args.recipe, args.steps, tuple(args.families))
-    if args.checkpoint and args.depth_margins:
+    if args.checkpoint and args.naming:
+        from relate.api import load_model
+        from relate.data.corpus import read_corpus
+
+        print(naming(load_model(args.checkpoint), read_corpus(args.world, "test").slice(0, args.images)))
+    elif args.checkpoint and args.depth_margins:
         print(depth_margins(args.checkpoint, args.world, args.images))
     elif args.checkpoint:
         checkpoint_errors(args.checkpoint, args.world, args.images, tuple(args.families))
