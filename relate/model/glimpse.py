@@ -21,19 +21,18 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torchvision.ops import roi_align
+
+from relate.model.region_pixels import region_cells
 
 __all__ = ["RegionGlimpse", "glimpse_crops"]
 
 
 def glimpse_crops(images: torch.Tensor, boxes: torch.Tensor, side: int) -> torch.Tensor:
     """images (B, C, H, W); boxes (B, N, 4) in its pixels -> (B * N, C, side, side): each box
-    resampled to ``side`` x ``side`` (``roi_align`` with about one bilinear sample per output pixel of a
-    box larger than the crop, so a crop of a large box is its mean over each cell)."""
+    resampled to ``side`` x ``side``, the region pixel cue's cells at ``side`` a side
+    (``region_pixels.region_cells``: a crop of a large box is its mean over each cell)."""
     b, n = boxes.shape[:2]
-    idx = torch.arange(b, device=boxes.device, dtype=images.dtype).repeat_interleave(n)[:, None]
-    rois = torch.cat([idx, boxes.reshape(b * n, 4).to(images.dtype)], dim=1)
-    return roi_align(images, rois, (side, side), spatial_scale=1.0, sampling_ratio=0, aligned=True)
+    return region_cells(images, boxes, side).view(b * n, images.shape[1], side, side)
 
 
 class RegionGlimpse(nn.Module):
