@@ -52,6 +52,10 @@ class RunSettings(StrictConfig):
                                     description="what each DDP worker reserves: num_gpus > 0 means one GPU each and nccl "
                                                 "(gloo otherwise), custom resources such as {trainer: 1} pin workers to "
                                                 "the training node group; on CPU leave some CPUs for Ray Data")
+    torch_threads: int | None = Field(None, ge=1, description="intra-op threads each worker's torch computes with; "
+                                      "default: Ray's, the floor of worker.num_cpus (at least 1). On a small CPU machine one "
+                                      "worker with every core trains faster than several with one each (docs/jobs/training.md, "
+                                      "\"One worker on two cores\")")
     checkpoint_every: int = Field(50, gt=0, description="steps between checkpoints")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in storage")
     max_failures: int = Field(2, ge=0, description="worker-group restarts allowed (FailureConfig)")

@@ -228,6 +228,8 @@ def train_loop_per_worker(config: dict) -> None:
 
     cfg = TrainRelationConfig.model_validate(config["cfg"])
     quiet_reports(cfg.run.log_reports)
+    if cfg.run.torch_threads is not None:
+        torch.set_num_threads(cfg.run.torch_threads)
     ctx = ray.train.get_context()
     runner = TrainRunner(cfg, config["space"], config["total_steps"], ray.train.torch.get_device(),
                          lambda m: ray.train.torch.prepare_model(m, parallel_strategy_kwargs={"find_unused_parameters": True}),
@@ -238,6 +240,8 @@ def train_loop_per_worker(config: dict) -> None:
             runner.load_checkpoint(Path(d))
     shard = ray.train.get_dataset_shard("train")
     progress = ProgressLog(config["run_dir"]) if runner.rank == 0 else None
+    if progress is not None:
+        progress.write(f"{ctx.get_world_size()} worker(s), each computing with {torch.get_num_threads()} torch thread(s)")
     board = TensorBoardLog(config["run_dir"], runner.step) if runner.rank == 0 else None
     if ckpt is not None and progress is not None:
         line = f"resumed from step {runner.step}/{runner.total} (checkpoint {Path(ckpt.path).name})"
