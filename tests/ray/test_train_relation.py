@@ -183,7 +183,7 @@ def test_training_stream_holds_each_row_once_an_epoch_for_the_whole_run(ray_sess
 @pytest.mark.timeout(300)  # a factory that waits for a CPU the workers hold hangs: fail, do not hang
 def test_a_restarted_run_streams_from_the_rows_of_its_restored_step(ray_session, corpus, tmp_path):
     """Ray Train calls the train dataset's factory at each worker-group start, in its controller, while
-    the workers hold their CPUs (here 1.5 of 2, as cpu_long's two 0.75-CPU workers do). A new run
+    the workers hold their CPUs (here 1.5 of 2, more than cpu_long's one 1-CPU worker holds). A new run
     streams the whole order; once the run folder records a checkpoint at step 3 (Ray Train's
     snapshot, as ``run_files`` reads it after a worker failure or for --resume), the stream starts at
     the rows of step 3: none of the first three steps' rows again, and none of the rest left out."""
