@@ -46,7 +46,7 @@ def test_killed_worker_resumes_from_last_checkpoint_and_matches_clean_run(ray_se
     from relate.api import load_model
     from train_jobs.train_relation import main
 
-    clean = main(_cfg(corpus, tmp_path, "clean"))
+    clean = main(_cfg(corpus, tmp_path, "clean", torch_threads=2))  # 2 threads, not Ray's 1 for 0.5 CPU
     drill = main(_cfg(corpus, tmp_path, "drill", kill_worker_at_step=3, max_failures=1))
     assert drill.run.startswith("drill-") and clean.run.startswith("clean-")  # each run in a folder of its own
     assert (tmp_path / drill.run / ".fault_drill_done").exists()  # the worker really was killed
@@ -76,7 +76,9 @@ def test_killed_worker_resumes_from_last_checkpoint_and_matches_clean_run(ray_se
     snapshot = json.loads((tmp_path / clean.run / "checkpoint_manager_snapshot.json").read_text())
     assert snapshot["current_report_index"] == 2, snapshot["current_report_index"]
     assert clean.checkpoints[-1][0] == clean.checkpoint and clean.checkpoints[0][1]["train_seconds"] > 0
-    assert "AP vs truth spatial" in (tmp_path / clean.run / "progress.log").read_text()  # the per-family val line
+    progress = (tmp_path / clean.run / "progress.log").read_text()
+    assert "AP vs truth spatial" in progress  # the per-family val line
+    assert "2 worker(s), each computing with 2 torch thread(s)" in progress  # run.torch_threads reached the workers
 
 
 @pytest.mark.slow
