@@ -19,6 +19,7 @@ import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
+from relate.converse import ConverseMap, converse_logits, converse_map
 from relate.model.model import RelationModel
 from relate.model.score import Calibration, relation_score
 from relate.schema import PREDICTIONS_SCHEMA
@@ -210,6 +211,7 @@ class RelationPredictor:
         self.batch_size = batch_size
         self.text_encoder = bank.encoder
         self._banks: dict[tuple[str, ...], tuple] = {}
+        self._converse: dict[tuple[str, ...], ConverseMap] = {}
         self.bank = bank
         self._default = self._install(bank)
 
@@ -238,6 +240,16 @@ class RelationPredictor:
             self._install(build_bank(key, encoder_name=self.text_encoder))
         return self._banks[key]
 
+    def _converse_for(self, bank) -> ConverseMap | None:
+        """The vocabulary's converse table where the model averages each statement with its converse
+        (``model.converse_scoring``, relate.converse), else None."""
+        if not self.model.cfg.converse_scoring:
+            return None
+        key = tuple(bank.strings)
+        if key not in self._converse:
+            self._converse[key] = converse_map(key)
+        return self._converse[key]
+
     def add_vocabulary(self, strings: Sequence[str]) -> tuple[str, ...]:
         """Embed ``strings`` with the checkpoint's encoder and cache them (no-op when cached);
         returns the cache key, the stripped strings, which ``vocabulary=`` arguments may then use."""
@@ -255,6 +267,7 @@ class RelationPredictor:
         key = tuple(str(s).strip() for s in strings)
         if key == self.vocabulary:
             return False
+        self._converse.pop(key, None)
         return self._banks.pop(key, None) is not None
 
     def vocabulary_strings(self, vocabulary: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -273,16 +286,16 @@ class RelationPredictor:
         """Forward a list of images with their regions; returns raw logits per image."""
         size = self.model.preprocessing.img_size
         interp = self.model.preprocessing.interpolation
-        _, mat, alpha, scoring, bank_np = self._bank_for(vocabulary)
+        bank, mat, alpha, scoring, bank_np = self._bank_for(vocabulary)
+        vocab = (mat, alpha, scoring, bank_np, self._converse_for(bank))
         out: list[ImageScores] = []
         for start in range(0, len(images), self.batch_size):
             chunk = list(range(start, min(start + self.batch_size, len(images))))
-            out.extend(self._score_chunk([images[i] for i in chunk], [regions[i] for i in chunk], size, interp,
-                                         (mat, alpha, scoring, bank_np)))
+            out.extend(self._score_chunk([images[i] for i in chunk], [regions[i] for i in chunk], size, interp, vocab))
         return out
 
     def _score_chunk(self, images, regions, size, interp, vocab) -> list[ImageScores]:
-        mat, alpha, scoring, bank_np = vocab
+        mat, alpha, scoring, bank_np, converse = vocab
         arrays = [_as_array(im) for im in images]
         parsed = [_regions(r, a.shape[0], a.shape[1]) for r, a in zip(regions, arrays)]
         n = max(max((len(b) for b, _ in parsed), default=0), 2)
@@ -319,7 +332,8 @@ class RelationPredictor:
         out = []
         for k in range(len(arrays)):
             ok = ok_all[k]
-            out.append(ImageScores(pairs[k][ok], logits[k][ok], l_pair[k][ok], z_spa[k][ok], z_sem[k][ok],
+            l_pred = logits[k][ok] if converse is None else converse_logits(pairs[k][ok], logits[k][ok], converse)
+            out.append(ImageScores(pairs[k][ok], l_pred, l_pair[k][ok], z_spa[k][ok], z_sem[k][ok],
                                    bank_np, tau, beta))
         return out
 

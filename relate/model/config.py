@@ -89,6 +89,9 @@ class RelationModelConfig(StrictConfig):
         0, ge=0, description="add relate.model.glimpse to each box feature: the box cropped from the input pixels to "
         "this many pixels a side and read by a small CNN, trained by the grounding loss (not in the paper; for "
         "backbones trained from scratch at low resolution); 0: off")
+    converse_scoring: bool = Field(
+        False, description="at inference, average each predicate logit with its converse statement's (the inverse "
+        "group on the reversed pair, or the same group for a symmetric one; relate.converse); training is unchanged")
     deformable: DeformableConfig = Field(default_factory=DeformableConfig, description="App. A.2 scene read")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="§ 3.2 two-stage pair sampler")
 

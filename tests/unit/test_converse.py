@@ -1,0 +1,69 @@
+"""Converse scoring (relate.converse): each statement averaged with the same fact stated from the other
+end, by the predicate knowledge file's inverse and symmetric groups, worked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from relate.api import RelationPredictor
+from relate.converse import converse_logits, converse_map
+from relate.model import create_relation_model
+
+# rows: the ordered pairs (0, 1), (1, 0), (0, 2); (2, 0) is not scored
+PAIRS = np.array([[0, 1], [1, 0], [0, 2]])
+
+
+def test_each_statement_is_averaged_with_its_converse_on_the_reversed_pair():
+    vocab = ["in front of", "behind", "near", "holding", "zorbing"]
+    l = np.array([[4.0, -2.0, 1.0, 3.0, 5.0],     # (0, 1)
+                  [0.0, 2.0, -1.0, -3.0, 7.0],    # (1, 0)
+                  [1.0, 1.0, 1.0, 1.0, 1.0]], np.float32)  # (0, 2)
+    got = converse_logits(PAIRS, l, converse_map(vocab))
+    want = np.array([[(4 + 2) / 2, (-2 + 0) / 2, (1 - 1) / 2, 3.0, 5.0],
+                     # "holding" has no converse group, "zorbing" is in no group: both left alone
+                     [(0 - 2) / 2, (2 + 4) / 2, (-1 + 1) / 2, -3.0, 7.0],
+                     [1.0, 1.0, 1.0, 1.0, 1.0]], np.float32)  # (2, 0) not scored: left alone
+    np.testing.assert_allclose(got, want)
+    np.testing.assert_array_equal(l[0], [4.0, -2.0, 1.0, 3.0, 5.0])  # the input is not written
+
+
+def test_the_converse_group_speaks_through_its_best_form_and_an_absent_one_changes_nothing():
+    l = np.array([[1.0, 0.0, 0.0],
+                  [0.0, -4.0, 3.0],
+                  [9.0, 9.0, 9.0]], np.float32)
+    # "behind" and "hidden behind" are one group, the inverse of "in front of"'s
+    got = converse_logits(PAIRS, l, converse_map(["in front of", "behind", "hidden behind"]))
+    assert got[0, 0] == pytest.approx((1.0 + 3.0) / 2)  # the better of the group's two forms on (1, 0)
+    assert got[1, 1] == pytest.approx((-4.0 + 1.0) / 2) and got[1, 2] == pytest.approx((3.0 + 1.0) / 2)
+    # without the inverse group in the vocabulary a directional statement has nothing to agree with
+    alone = converse_logits(PAIRS, l[:, :1], converse_map(["in front of"]))
+    np.testing.assert_array_equal(alone, l[:, :1])
+    assert not converse_map(["in front of", "holding"]).active
+
+
+def test_the_predictor_applies_it_only_when_the_model_asks(monkeypatch):
+    from test_model_forward_api import random_bank, tiny_cfg
+
+    vocab = ["left of", "right of", "near", "holding"]
+    torch.manual_seed(0)
+    model = create_relation_model(tiny_cfg()).eval()
+    image = (np.random.default_rng(0).random((40, 48, 3)) * 255).astype(np.uint8)
+    boxes = [[2, 2, 20, 20], [18, 10, 40, 30], [5, 25, 30, 38]]
+    raw = RelationPredictor(model, random_bank(vocab)).score_images([image], [boxes])[0]
+    model.cfg = model.cfg.model_copy(update={"converse_scoring": True})
+    both = RelationPredictor(model, random_bank(vocab)).score_images([image], [boxes])[0]
+    np.testing.assert_array_equal(both.pairs, raw.pairs)
+    np.testing.assert_array_equal(both.l_pair, raw.l_pair)  # the pair's relatedness stays its own
+    row = {tuple(p): i for i, p in enumerate(raw.pairs.tolist())}
+    checked = 0
+    for (s, o), i in row.items():
+        j = row.get((o, s))
+        if j is None:
+            continue
+        checked += 1
+        assert both.l_pred[i, 0] == pytest.approx((raw.l_pred[i, 0] + raw.l_pred[j, 1]) / 2, abs=1e-5)
+        assert both.l_pred[i, 2] == pytest.approx((raw.l_pred[i, 2] + raw.l_pred[j, 2]) / 2, abs=1e-5)
+        assert both.l_pred[i, 3] == pytest.approx(raw.l_pred[i, 3])
+    assert checked >= 2
