@@ -182,8 +182,10 @@ class RelationPredictor:
 
     def __init__(self, model: RelationModel, bank, calibration: Calibration = Calibration(),
                  device: str = "cpu", batch_size: int = 8, runtime: str = "torch", onnx_path=None,
-                 ir_path=None) -> None:
+                 ir_path=None, converse: bool | None = None) -> None:
         self.model = model.to(device).eval()
+        # converse scoring (relate.converse): the checkpoint's model.converse_scoring unless told otherwise
+        self.converse = bool(model.cfg.converse_scoring if converse is None else converse)
         # runtime "onnxruntime" | "openvino": the forward runs the exported graph (relate.export), vocabulary
         # as input; both sessions answer run(output_names, feed)
         self.runtime = runtime
@@ -242,8 +244,8 @@ class RelationPredictor:
 
     def _converse_for(self, bank) -> ConverseMap | None:
         """The vocabulary's converse table where the model averages each statement with its converse
-        (``model.converse_scoring``, relate.converse), else None."""
-        if not self.model.cfg.converse_scoring:
+        (``model.converse_scoring`` or the ``converse`` argument, relate.converse), else None."""
+        if not self.converse:
             return None
         key = tuple(bank.strings)
         if key not in self._converse:
@@ -401,7 +403,7 @@ class RelationPredictor:
 
 def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8, filesystem=None,
                runtime: str = "torch", onnx_path: str | Path | None = None,
-               ir_path: str | Path | None = None) -> RelationPredictor:
+               ir_path: str | Path | None = None, converse: bool | None = None) -> RelationPredictor:
     """Load a checkpoint (config, weights, bank, calibration) into a predictor, from a local folder or
     a URI string (``s3://``, ``gs://``, ``file://``: see ``relate.checkpoint.load_checkpoint`` and, for
     endpoints and credentials, ``relate.storage``), file digests verified. With a pyarrow ``filesystem``
@@ -410,7 +412,8 @@ def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8, fil
     ``runtime="onnxruntime"`` runs the forward through the graph ``relate export`` wrote (``onnx_path``,
     default ``<folder>/relation.onnx``), refused when it was exported from other weights; ``runtime="openvino"``
     runs the OpenVINO IR ``relate export --format openvino`` wrote (``ir_path``, default
-    ``<folder>/relation.xml``) in exact fp32, refused likewise."""
+    ``<folder>/relation.xml``) in exact fp32, refused likewise. ``converse`` overrides the checkpoint's
+    ``model.converse_scoring`` (relate.converse); its Platt map was fitted with the checkpoint's own setting."""
     from relate.checkpoint import load_checkpoint
 
     ck = load_checkpoint(source, map_location="cpu", filesystem=filesystem)
@@ -425,4 +428,4 @@ def load_model(source: str | Path, device: str = "cpu", batch_size: int = 8, fil
         ir_path = Path(ir_path) if ir_path is not None else default_ir_path(source)
         check_ir_matches(ir_path, source)
     return RelationPredictor(ck.model, ck.bank, ck.calibration, device=device, batch_size=batch_size,
-                             runtime=runtime, onnx_path=onnx_path, ir_path=ir_path)
+                             runtime=runtime, onnx_path=onnx_path, ir_path=ir_path, converse=converse)

@@ -236,9 +236,13 @@ def _cli(argv=None) -> dict:
     ap.add_argument("--truth", default=None, metavar="WORLD_ROOT",
                     help="synthetic world folder whose rules give the full truth (default: CORPUS_ROOT when it is one); "
                          "adds per-family AP and top-10 precision against it")
+    ap.add_argument("--converse", default=None, choices=["on", "off"],
+                    help="average each predicate logit with its converse statement's (relate.converse); default: "
+                         "the checkpoint's model.converse_scoring")
     ap.add_argument("--out", default=None, help="also write the figures as JSON")
     args = ap.parse_args(argv)
-    out = report_test(load_model(args.checkpoint), DataConfig(corpus_root=args.corpus_root,
+    converse = None if args.converse is None else args.converse == "on"
+    out = report_test(load_model(args.checkpoint, converse=converse), DataConfig(corpus_root=args.corpus_root,
                                                               predicates=args.predicates, truth_root=args.truth),
                       verbose=True)
     if args.out:

@@ -67,3 +67,6 @@ def test_the_predictor_applies_it_only_when_the_model_asks(monkeypatch):
         assert both.l_pred[i, 2] == pytest.approx((raw.l_pred[i, 2] + raw.l_pred[j, 2]) / 2, abs=1e-5)
         assert both.l_pred[i, 3] == pytest.approx(raw.l_pred[i, 3])
     assert checked >= 2
+    # the argument overrides the checkpoint's setting either way
+    off = RelationPredictor(model, random_bank(vocab), converse=False).score_images([image], [boxes])[0]
+    np.testing.assert_array_equal(off.l_pred, raw.l_pred)
