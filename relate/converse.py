@@ -70,7 +70,8 @@ def converse_map(strings: Sequence[str], knowledge: PredicateKnowledge | None = 
 def converse_logits(pairs: np.ndarray, l_pred: np.ndarray, cmap: ConverseMap) -> np.ndarray:
     """``l_pred`` (P, V) over the ordered ``pairs`` (P, 2) with every cell that has a converse
     statement among the scored cells replaced by the mean of the two (a new array)."""
-    out = np.array(l_pred, copy=True)
+    l_pred = np.asarray(l_pred)
+    out = l_pred.copy()
     if len(pairs) == 0 or not cmap.active:
         return out
     row = {(int(s), int(o)): i for i, (s, o) in enumerate(pairs)}
@@ -78,8 +79,8 @@ def converse_logits(pairs: np.ndarray, l_pred: np.ndarray, cmap: ConverseMap) ->
     rows = np.flatnonzero(back >= 0)
     if rows.size == 0:
         return out
-    best = np.maximum.reduceat(np.asarray(l_pred)[:, cmap.order], cmap.starts, axis=1)  # (P, groups)
+    best = np.maximum.reduceat(l_pred[:, cmap.order], cmap.starts, axis=1)  # (P, groups)
     cols = np.flatnonzero(cmap.partner >= 0)
     conv = best[back[rows]][:, cmap.partner[cols]]  # (rows, cols): the converse group's best on (o, s)
-    out[np.ix_(rows, cols)] = 0.5 * (np.asarray(l_pred)[np.ix_(rows, cols)] + conv)
+    out[np.ix_(rows, cols)] = 0.5 * (l_pred[np.ix_(rows, cols)] + conv)
     return out
