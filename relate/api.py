@@ -248,8 +248,8 @@ class RelationPredictor:
         if not self.converse:
             return None
         key = tuple(bank.strings)
-        if key not in self._converse:
-            self._converse[key] = converse_map(key)
+        if key not in self._converse:  # never across the line between trained and untrained groups
+            self._converse[key] = converse_map(key, trained=self.bank.strings)
         return self._converse[key]
 
     def add_vocabulary(self, strings: Sequence[str]) -> tuple[str, ...]:

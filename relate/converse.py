@@ -15,12 +15,18 @@ own: it is a fact about the ordered pair, not a statement of one predicate.
 
 This is inference over what the model already scores, not a change to the model: both statements
 come from the same forward pass, and the training loss never sees the average.
+
+It must not carry supervision across the line a held-out protocol draws. A model trained without
+"behind" (an OvR-SGG compliant run) but with "in front of" would otherwise score the novel
+"a behind b" half by the trained "b in front of a". Given the groups the model was trained on
+(its training bank's), a group it was trained on and one it was not are never each other's
+converse: a novel predicate is averaged only with a novel converse (or itself, when symmetric).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -47,9 +53,12 @@ class ConverseMap:
         return bool((self.partner >= 0).any())
 
 
-def converse_map(strings: Sequence[str], knowledge: PredicateKnowledge | None = None) -> ConverseMap:
-    """The converse table of a vocabulary, from the predicate knowledge's groups."""
+def converse_map(strings: Sequence[str], knowledge: PredicateKnowledge | None = None,
+                 trained: Iterable[str] | None = None) -> ConverseMap:
+    """The converse table of a vocabulary, from the predicate knowledge's groups. With ``trained`` (the
+    strings the model was trained on), a group among theirs and a group outside never pair up."""
     knowledge = knowledge if knowledge is not None else load_predicate_knowledge()
+    seen = None if trained is None else {g.name for g in map(knowledge.group_of, trained) if g is not None}
     groups = [knowledge.group_of(s) for s in strings]
     names = sorted({g.name for g in groups if g is not None})
     run = {name: k for k, name in enumerate(names)}
@@ -62,7 +71,7 @@ def converse_map(strings: Sequence[str], knowledge: PredicateKnowledge | None = 
         if g is None:
             continue
         other = g.name if g.symmetric else g.inverse
-        if other is not None and other in run:
+        if other is not None and other in run and (seen is None or (g.name in seen) == (other in seen)):
             partner[j] = run[other]
     return ConverseMap(order, starts, partner)
 

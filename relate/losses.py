@@ -48,6 +48,11 @@ class LossConfig(StrictConfig):
                                                 "(P from data.cooccurrence; all zero when it is off)")
     source_negatives: bool = Field(True, description="App. B.1: a negative must be a predicate the row's source could "
                                                      "have annotated (scopes from data.source_scopes; no scopes: no-op)")
+    negatives_scope: Literal["all", "family"] = Field(
+        "all", description="which unstated predicates of an annotated pair are its negatives: 'all' of them (§ 3.3), "
+                           "or only those of the families its annotations come from ('family'): an annotator asked for "
+                           "one relation per pair says nothing about the other families of that pair, so their cells "
+                           "stay unlabelled (in the InfoNCE and the per-cell sigmoid alike)")
 
 
 def infonce_loss(logits: torch.Tensor, pos_weight: torch.Tensor, neg_logw: torch.Tensor) -> torch.Tensor:
@@ -183,6 +188,7 @@ class PredicateSpace:
     category_bank: torch.Tensor  # (C, D) unit text embeddings of object categories
     pair_rate: torch.Tensor  # (C, C) annotation rate of each ordered category pair
     scope: torch.Tensor | None = None  # (S, Va) bool: what source s can annotate; row 0 = unscoped (all)
+    family: torch.Tensor | None = None  # (Va,) long family id of each string (loss.negatives_scope: family)
 
     def to(self, device) -> "PredicateSpace":
         return PredicateSpace(*(None if getattr(self, f) is None else getattr(self, f).to(device)
@@ -240,6 +246,13 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     allowed = None  # (U, Va): what each annotated pair's source could have annotated
     if cfg.source_negatives and space.scope is not None and sources is not None:
         allowed = space.scope[sources.to(rels.device).long()[b_p]]
+    if cfg.negatives_scope == "family":  # and what its annotations speak for: their own families
+        if space.family is None:
+            raise ValueError("loss.negatives_scope='family' needs the predicate space's family ids (space.family)")
+        fam_hit = torch.zeros(upair.shape[0], int(space.family.max()) + 1, dtype=torch.bool, device=rels.device)
+        fam_hit[row_pair, space.family[a]] = True
+        in_family = fam_hit[:, space.family]
+        allowed = in_family if allowed is None else allowed & in_family
     cols = space.bank_cols
     gcols = space.group[cols]
     pos_fwd, pos_rev = pm[b, s * n + o], pm[b, o * n + s]

@@ -1,7 +1,7 @@
 """Predicate knowledge read from its one file, ``relate/predicate_knowledge.yaml``.
 
-Synonym groups with their family, inverse, symmetry and implied contact, the families, and the
-string-level inverse pairs. The gate's canonical map, the text space, the synthetic lexicon and
+Synonym groups with their family, inverse, symmetry and implied contact, the families, the
+string-level inverse pairs, and which relations entail which. The gate's canonical map, the text space, the synthetic lexicon and
 the scripted annotator take these facts from here and keep no copy, so nothing has to be kept in
 agreement. Every rule the file's header states is checked on load; a refusal names the file and
 the line. Imports nothing from the project, so any layer may read it.
@@ -18,12 +18,15 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
-__all__ = ["KNOWLEDGE_FILE", "DECIDERS", "PredicateKnowledgeError", "Family", "SynonymGroup", "PredicateKnowledge",
+__all__ = ["KNOWLEDGE_FILE", "DECIDERS", "PredicateKnowledgeError", "Family", "SynonymGroup", "Entailment",
+           "PredicateKnowledge",
            "normalise_form", "load_predicate_knowledge", "load_synonym_groups", "load_inverse_pairs"]
 
 KNOWLEDGE_FILE = Path(__file__).resolve().parent / "predicate_knowledge.yaml"
 DECIDERS: tuple[str, ...] = ("boxes", "pixels", "meaning")
 _SECTIONS = ("families", "groups", "inverse_pairs")
+_OPTIONAL_SECTIONS = ("entailments",)
+_ENTAILMENT_KEYS = ("from", "to", "why")
 _FAMILY_KEYS = ("decided_by", "layout")
 _GROUP_KEYS = ("family", "forms", "inverse", "symmetric", "p_directional", "contact")
 _WS = re.compile(r"\s+")
@@ -61,6 +64,17 @@ class SynonymGroup:
 
 
 @dataclass(frozen=True)
+class Entailment:
+    """Whenever ``premise`` holds of an ordered pair, ``conclusion`` holds of it too (group names);
+    ``why`` is the file's source for it, ``derived`` marks the half restated from the other end."""
+
+    premise: str
+    conclusion: str
+    why: str
+    derived: bool = False
+
+
+@dataclass(frozen=True)
 class PredicateKnowledge:
     """Everything the file says, validated; mappings keep the file's order."""
 
@@ -70,6 +84,17 @@ class PredicateKnowledge:
     inverse_pairs: tuple[tuple[str, str], ...]
     group_of_form: Mapping[str, str] = field(repr=False)
     pair_of_form: Mapping[str, str] = field(repr=False)
+    entailments: tuple[Entailment, ...] = ()
+
+    def entailed_by(self, group: str) -> tuple[str, ...]:
+        """The groups ``group`` entails of the same ordered pair (written and derived), file order."""
+        return tuple(dict.fromkeys(e.conclusion for e in self.entailments if e.premise == group))
+
+    def converse_of(self, group: str) -> str | None:
+        """The group stating the same fact from the other end: the inverse, the group itself when
+        symmetric, None when neither (``holding``'s converse is ``held_by``, ``near``'s is ``near``)."""
+        g = self.groups[group]
+        return g.inverse if g.inverse is not None else (g.name if g.symmetric else None)
 
     def group_of(self, form: str) -> SynonymGroup | None:
         """The group a bare surface form belongs to (None when it is in none)."""
@@ -287,20 +312,62 @@ def _parse_pairs(path: Path, raw: Any, groups: Mapping[str, SynonymGroup],
     return tuple(pairs), partner
 
 
+def _parse_entailments(path: Path, raw: Any, groups: Mapping[str, SynonymGroup]) -> tuple[Entailment, ...]:
+    """The written entailments and, for each whose premise has an inverse, the derived one from the
+    other end (inverse premise entails inverse conclusion, or the conclusion itself when symmetric)."""
+    if not isinstance(raw, _LinedList):
+        raise PredicateKnowledgeError(f"{path}:1: 'entailments' must be a list of {{from, to, why}} mappings")
+    out: list[Entailment] = []
+    seen: dict[tuple[str, str], int] = {}
+    for item, line in zip(raw, raw.lines):
+        spec = _mapping(path, line, "entailment", item, _ENTAILMENT_KEYS)
+        a, b, why = spec.get("from"), spec.get("to"), spec.get("why")
+        for what, name in (("from", a), ("to", b)):
+            if not isinstance(name, str) or name not in groups:
+                raise PredicateKnowledgeError(f"{path}:{line}: entailment {what} {name!r} is not a group name; "
+                                              "quote words YAML reads as booleans ('on')")
+        if a == b:
+            raise PredicateKnowledgeError(f"{path}:{line}: {a!r} entails itself")
+        if not isinstance(why, str) or not why.strip():
+            raise PredicateKnowledgeError(f"{path}:{line}: entailment {a!r} -> {b!r} needs a 'why': where the fact "
+                                          "comes from")
+        ga, gb = groups[a], groups[b]
+        back = None
+        if ga.inverse is not None:
+            conclusion = b if gb.symmetric else gb.inverse
+            if conclusion is None:
+                raise PredicateKnowledgeError(
+                    f"{path}:{line}: {a!r} has the inverse {ga.inverse!r} but {b!r} is neither symmetric nor has an "
+                    f"inverse, so '{ga.inverse} -> ?' cannot be stated from the other end")
+            back = Entailment(ga.inverse, conclusion, why.strip(), derived=True)
+        for e in (Entailment(a, b, why.strip()), back):
+            if e is None:
+                continue
+            key = (e.premise, e.conclusion)
+            if key in seen and not e.derived:
+                raise PredicateKnowledgeError(f"{path}:{line}: {e.premise!r} -> {e.conclusion!r} is given twice "
+                                              f"(first on line {seen[key]})")
+            if key not in seen:
+                seen[key] = line
+                out.append(e)
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=8)
 def load_predicate_knowledge(path: str | Path | None = None) -> PredicateKnowledge:
     """The validated knowledge of ``path`` (default: the packaged :data:`KNOWLEDGE_FILE`), read once."""
     p = Path(path) if path is not None else KNOWLEDGE_FILE
     tree = _read(p)
-    unknown = [k for k in tree if k not in _SECTIONS]
+    unknown = [k for k in tree if k not in _SECTIONS + _OPTIONAL_SECTIONS]
     if unknown:
         raise PredicateKnowledgeError(f"{p}:{tree.lines[unknown[0]]}: unknown section {unknown[0]!r}; "
-                                      f"valid: {list(_SECTIONS)}")
+                                      f"valid: {list(_SECTIONS + _OPTIONAL_SECTIONS)}")
     families = _parse_families(p, _section(p, tree, "families"))
     groups, owner = _parse_groups(p, _section(p, tree, "groups"), families)
     pairs, partner = _parse_pairs(p, _section(p, tree, "inverse_pairs"), groups, owner)
+    entailments = _parse_entailments(p, tree["entailments"], groups) if "entailments" in tree else ()
     return PredicateKnowledge(p, MappingProxyType(families), MappingProxyType(groups), pairs,
-                              MappingProxyType(owner), MappingProxyType(partner))
+                              MappingProxyType(owner), MappingProxyType(partner), entailments)
 
 
 def load_synonym_groups(path: str | Path | None = None) -> Mapping[str, SynonymGroup]:

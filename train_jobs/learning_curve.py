@@ -2,10 +2,13 @@
 
 Trains one recipe on each training source for a step budget over several seeds (each a normal
 ``train_jobs.train_relation`` run under ``<out_dir>/train``, a checkpoint every ``eval_every``
-steps), scores every checkpoint against the synthetic world's full truth on its test split
-(``relate.metrics.truth``: per-family AP, top-10 precision, recall within count; in parallel Ray
-tasks), and writes per-family curves against steps and against wall time with Student-t 95%
-intervals over seeds:
+steps) and draws the curves on the validation split: every checkpoint scored against the synthetic
+world's full truth (``relate.metrics.truth``: per-family AP, top-10 precision, recall within count;
+in parallel Ray tasks), per-family curves against steps and against wall time, Student-t 95%
+intervals over seeds. Choices (recipe, steps, fixes) are made on those curves. Only when every run
+has trained is each run's final checkpoint scored on the test split, once and on all of its
+images: the report, with each figure's mean over seeds and its 95% interval over seeds and images
+together (``relate.metrics.truth_intervals``), and each source's paired gap to the first.
 
     python -m pipelines.synthetic --set out_dir=runs/world                          # (b)'s images
     python -m pipelines.synthetic --set out_dir=runs/world_full --set coverage=full   # (a)
@@ -17,9 +20,11 @@ Two sources on the same images are what the curves are for (seed 001, § 3.3): `
 on every relation that holds (against 1.0 it is what the model and recipe cost), and ``annotated``,
 the corpus annotation gives (against ``truth`` it is what annotation coverage costs). Outputs in
 ``out_dir``: ``curves.parquet`` (one row per source, seed and checkpoint), ``curves.md`` (the
-final step per source, and the gap to the first source), ``curves_steps.png`` and
-``curves_time.png``. A finished run's scores are kept in ``<out_dir>/scores/<source>-seed<seed>.json``
-so an interrupted job, or one given more seeds, trains only what is missing.
+final step per source on the curves' split, and the report), ``curves.json`` (the same, with the
+report under ``report``), ``curves_steps.png`` and ``curves_time.png``. A finished run's curve is
+kept in ``<out_dir>/scores/<source>-seed<seed>.json`` and its report cells in
+``<source>-seed<seed>-<split>.npz``, so an interrupted job, or one given more seeds, trains and
+scores only what is missing.
 """
 
 from __future__ import annotations
@@ -59,9 +64,16 @@ class LearningCurveConfig(StrictConfig):
     sources: list[CurveSource] = Field(..., min_length=1, description="training corpora; the first is the reference "
                                        "the others' gaps are measured against")
     truth_root: Location = Field(..., description="the synthetic world folder (pipelines.synthetic output) whose rules "
-                                 "score every checkpoint, on its eval_split")
-    eval_split: str = Field("test", description="split of truth_root scored")
-    eval_images: int | None = Field(None, gt=0, description="score only the first N images of the split (None: all)")
+                                 "score every checkpoint")
+    eval_split: str = Field("val", description="split of truth_root the curves are drawn on: every choice (recipe, "
+                            "steps, fixes) is made on it, so it must not be the report split")
+    eval_images: int | None = Field(None, gt=0, description="draw the curves on the first N images of eval_split "
+                                    "only (None: all); the report always scores its whole split")
+    report_split: str | None = Field("test", description="split of truth_root on which each run's final checkpoint is "
+                                     "scored once, after every run has trained, on all of its images, with intervals "
+                                     "over seeds and images (None: no report)")
+    resamples: int = Field(1000, ge=100, description="bootstrap replicates of the report's intervals "
+                           "(relate.metrics.truth_intervals)")
     seeds: list[int] = Field([0, 1, 2], min_length=1, description="run seeds (weights, rungs, augmentation)")
     steps: int = Field(600, gt=0, description="optimiser steps of each run")
     eval_every: int = Field(100, gt=0, description="steps between scored checkpoints")
@@ -75,6 +87,10 @@ class LearningCurveConfig(StrictConfig):
             raise ValueError(f"source names must be distinct, got {names}")
         if self.eval_every > self.steps:
             raise ValueError(f"eval_every ({self.eval_every}) exceeds steps ({self.steps})")
+        if self.report_split is not None and self.eval_split == self.report_split:
+            raise ValueError(f"eval_split and report_split are both {self.eval_split!r}: curves are drawn on the split "
+                             "choices are made on, and the report split is scored once, at the end; draw the curves "
+                             "on another split (val) or set report_split=null")
         return self
 
 
@@ -94,30 +110,101 @@ def _run_overrides(cfg: LearningCurveConfig, source: CurveSource, seed: int) -> 
             f"run.name={source.name}-seed{seed}", "run.unique_name=true"]
 
 
-def _score_checkpoint(path: str, truth_root: str, split: str, limit: int | None) -> dict[str, float]:
+def _score_checkpoint(path: str, truth_root: str, split: str, limit: int | None,
+                      kit_path: str | None = None) -> dict[str, float]:
+    """A checkpoint's truth figures on ``split`` (its first ``limit`` images); with ``kit_path``, its
+    cells saved there for the report's intervals (relate.metrics.truth_intervals)."""
     from relate.api import load_model
-    from train_jobs.relation_data import DataConfig
-    from train_jobs.relation_eval import evaluate_split
+    from relate.metrics.truth_intervals import save_kit
+    from train_jobs.relation_eval import score_truth_split
 
-    data = DataConfig(corpus_root=truth_root, truth_root=truth_root)
-    figs = evaluate_split(load_model(path), data, split, limit=limit)
-    return {k: v for k, v in figs.items() if k.startswith("truth/") or k.startswith("syn_nogc/")}
+    figs, kit = score_truth_split(load_model(path), truth_root, split, limit)
+    if kit_path is not None:
+        save_kit(kit, kit_path)
+    return figs
+
+
+def _run_scoring(jobs: Sequence[tuple], cpus: float) -> list[dict[str, float]]:
+    """Score checkpoints in parallel Ray tasks: each job is ``_score_checkpoint``'s arguments."""
+    import ray
+
+    score = ray.remote(num_cpus=cpus)(_score_checkpoint)
+    return ray.get([score.remote(*job) for job in jobs])
 
 
 def _train_and_score(cfg: LearningCurveConfig, source: CurveSource, seed: int) -> list[dict]:
-    import ray
-
+    """Train one run and draw its curve: every checkpoint scored on ``eval_split`` (never the report split)."""
     from relate.config import load_config
     from train_jobs.train_relation import TrainRelationConfig, main as train
 
     res = train(load_config(TrainRelationConfig, cfg.recipe, _run_overrides(cfg, source, seed)))
-    score = ray.remote(num_cpus=cfg.score_cpus)(_score_checkpoint)
-    pending = [(m, score.remote(path, cfg.truth_root, cfg.eval_split, cfg.eval_images)) for path, m in res.checkpoints]
-    rows = []
-    for m, ref in pending:
-        rows.append({"source": source.name, "seed": seed, "step": int(m["step"]),
-                     "seconds": float(m.get("train_seconds", float("nan"))), "run": res.run, **ray.get(ref)})
-    return rows
+    figs = _run_scoring([(path, cfg.truth_root, cfg.eval_split, cfg.eval_images) for path, _ in res.checkpoints],
+                        cfg.score_cpus)
+    return [{"source": source.name, "seed": seed, "step": int(m["step"]), "split": cfg.eval_split,
+             "seconds": float(m.get("train_seconds", float("nan"))), "run": res.run, "checkpoint": str(path), **f}
+            for (path, m), f in zip(res.checkpoints, figs)]
+
+
+def _report(cfg: LearningCurveConfig, rows: Sequence[dict], out: Path) -> dict:
+    """The report: each run's final checkpoint scored once on the whole report split, after every run
+    has trained; per source the mean over seeds with its interval over seeds and images, and each
+    source's paired gap to the first (same seed, same images, same draws)."""
+    from relate.metrics.truth_intervals import load_kit, paired_gap_intervals, seed_image_intervals
+
+    final: dict[tuple[str, int], dict] = {}
+    for r in rows:
+        k = (r["source"], r["seed"])
+        if k not in final or r["step"] > final[k]["step"]:
+            final[k] = r
+    jobs, where = [], {}
+    for (src, seed), r in final.items():
+        kit = out / "scores" / f"{src}-seed{seed}-{cfg.report_split}.npz"
+        where[(src, seed)] = kit
+        tag = kit.with_suffix(".json")
+        if not (kit.is_file() and tag.is_file() and json.loads(tag.read_text()).get("checkpoint") == r["checkpoint"]):
+            jobs.append(((src, seed), (r["checkpoint"], cfg.truth_root, cfg.report_split, None, str(kit))))
+    if jobs:
+        print(f"report: scoring {len(jobs)} final checkpoint(s) on the whole {cfg.report_split} split", flush=True)
+    for ((src, seed), job), figs in zip(jobs, _run_scoring([j for _, j in jobs], cfg.score_cpus)):
+        tmp = where[(src, seed)].with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"checkpoint": job[0], "step": final[(src, seed)]["step"], "figures": figs}))
+        tmp.replace(where[(src, seed)].with_suffix(".json"))
+    names = list(dict.fromkeys(s for s, _ in final))
+    seeds = {src: sorted(seed for s, seed in final if s == src) for src in names}
+    kits = {src: [load_kit(where[(src, seed)]) for seed in seeds[src]] for src in names}
+    report: dict = {"split": cfg.report_split, "images": next(iter(kits.values()))[0].n_images,
+                    "resamples": cfg.resamples, "seeds": seeds, "sources": {}}
+    ref = names[0]
+    for src in names:
+        ivs = {k: v.as_dict() for k, v in seed_image_intervals(kits[src], cfg.resamples).items()}
+        if src != ref and seeds[src] == seeds[ref]:
+            for k, g in paired_gap_intervals(kits[ref], kits[src], cfg.resamples).items():
+                ivs[k].update({"gap": g.mean, "gap_lo": g.low, "gap_hi": g.high})
+        report["sources"][src] = ivs
+    return report
+
+
+def report_table(report: dict) -> str:
+    """Markdown: per figure, each source's mean [interval over seeds and images] and its gap to the first."""
+    srcs = list(report["sources"])
+    keys = list(next(iter(report["sources"].values())))
+    head = f"Report: {report['split']} split, all {report['images']} images, seeds " + \
+        ", ".join(f"{s}: {report['seeds'][s]}" for s in srcs) + \
+        f"; mean over seeds [95% interval over seeds and images, {report['resamples']} replicates]"
+    lines = [head, "", "| figure | " + " | ".join(srcs) + " |", "|---|" + "---:|" * len(srcs)]
+    for k in keys:
+        cells = []
+        for s in srcs:
+            c = report["sources"][s].get(k)
+            if c is None or c["mean"] != c["mean"]:
+                cells.append("-")
+                continue
+            txt = f"{c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]"
+            if "gap" in c:
+                txt += f" ({c['gap']:+.3f} [{c['gap_lo']:+.3f}, {c['gap_hi']:+.3f}])"
+            cells.append(txt)
+        lines.append(f"| {k.replace('family/', '').removesuffix('_ap')} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def source_coverage(corpus_root: str, truth_root: str) -> dict[str, dict[str, float]]:
@@ -189,7 +276,7 @@ def summarise(rows: Sequence[dict], sources: Sequence[str]) -> tuple[dict, str]:
     return summary, "\n".join(lines) + "\n"
 
 
-def plot_curves(rows: Sequence[dict], sources: Sequence[str], x: str, path: Path) -> None:
+def plot_curves(rows: Sequence[dict], sources: Sequence[str], x: str, path: Path, split: str = "val") -> None:
     """One panel per figure: mean over seeds against ``x`` (step or seconds) per source, with the
     95% interval as a band."""
     import matplotlib
@@ -224,7 +311,7 @@ def plot_curves(rows: Sequence[dict], sources: Sequence[str], x: str, path: Path
     for ax in axes.ravel()[len(keys):]:
         ax.axis("off")
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle("against the world's rules (test split)")
+    fig.suptitle(f"against the world's rules ({split} split)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -249,7 +336,7 @@ def main(cfg: LearningCurveConfig) -> LearningCurveResult:
             settings = _run_overrides(cfg, source, seed) + [f"truth_root={cfg.truth_root}", f"split={cfg.eval_split}",
                                                             f"images={cfg.eval_images}", f"recipe={cfg.recipe}"]
             saved = json.loads(kept.read_text()) if kept.is_file() else None
-            if saved is not None and saved.get("settings") == settings:
+            if saved is not None and saved.get("settings") == settings and all("checkpoint" in r for r in saved["rows"]):
                 print(f"{source.name} seed {seed}: kept scores {kept}", flush=True)
                 rows.extend(saved["rows"])
                 continue
@@ -261,14 +348,19 @@ def main(cfg: LearningCurveConfig) -> LearningCurveResult:
             rows.extend(run_rows)
     names = [s.name for s in cfg.sources]
     summary, table = summarise(rows, names)
+    table = f"Curves: {cfg.eval_split} split" + (f", first {cfg.eval_images} images" if cfg.eval_images else "") + \
+        " (final step; Student-t 95% interval over seeds)\n\n" + table
+    if cfg.report_split is not None:  # once, after every run has trained
+        summary["report"] = _report(cfg, rows, out)
+        table += "\n" + report_table(summary["report"])
     coverage = {s.name: source_coverage(s.corpus_root, cfg.truth_root) for s in cfg.sources}
     summary["coverage"] = coverage
     table += "\nWhat each source states of the truth (training split):\n\n" + coverage_table(coverage)
     pq.write_table(pa.Table.from_pylist(rows), out / "curves.parquet")
     (out / "curves.md").write_text(table)
     (out / "curves.json").write_text(json.dumps(summary, indent=1))
-    plot_curves(rows, names, "step", out / "curves_steps.png")
-    plot_curves(rows, names, "seconds", out / "curves_time.png")
+    plot_curves(rows, names, "step", out / "curves_steps.png", cfg.eval_split)
+    plot_curves(rows, names, "seconds", out / "curves_time.png", cfg.eval_split)
     print(table, flush=True)
     print(f"curves: {out / 'curves_steps.png'}, {out / 'curves_time.png'}; rows {out / 'curves.parquet'}", flush=True)
     return LearningCurveResult(rows, summary, str(out))

@@ -68,7 +68,11 @@ class DataConfig(StrictConfig):
                                description="multi-scale factors of the base side (Table 14: 7 rungs in [0.5, 1.5])")
     photometric: float = Field(0.3, ge=0, lt=1, description="brightness/contrast/saturation jitter (Table 14: 0.3)")
     max_boxes: int = Field(16, ge=2, description="boxes per image kept (extra boxes and their relations dropped)")
-    max_relations: int = Field(64, ge=1, description="relations per image kept")
+    max_relations: int = Field(64, ge=1, description="relations per image kept (implied ones after the stated ones)")
+    implied_relations: bool = Field(False, description="also state what each annotated relation implies: the same "
+                                    "fact from the other end (inverse or symmetric group) and the sourced entailments "
+                                    "of relate/predicate_knowledge.yaml ('on' -> 'touching'), so the objective counts "
+                                    "them as positives rather than unlabelled cells (relate.entailment)")
     decode_concurrency: int = Field(1, ge=1, description="Ray Data decode tasks in flight")
     block_rows: int = Field(64, ge=1, description="training rows a Ray Data block holds (one decode task's output), so "
                             "the stream's first batch waits for one block to decode, not for the whole table")
@@ -129,6 +133,8 @@ def _predicate_tables(cfg: DataConfig, train: pa.Table | None) -> tuple[list[str
         from relate.text.resources import inverse_of, p_directional
 
         strings = sorted({r["predicate"] for rels in train.column("relations").to_pylist() for r in rels})
+        if cfg.implied_relations:  # the strings the implied relations are stated with join the text space
+            strings = sorted(set(strings) | _implied_forms(strings))
         keys = [concept_key(s, cfg.predicates) for s in strings]
         held = [False] * len(strings)
         pdir = p_directional(strings, unknown=0.5).tolist()
@@ -136,6 +142,21 @@ def _predicate_tables(cfg: DataConfig, train: pa.Table | None) -> tuple[list[str
     k = np.array(keys, dtype=object)
     inverse = np.array([[inv_key.get(a) == b for b in keys] for a in keys], dtype=bool) & (k[:, None] != k[None, :])
     return strings, keys, held, inverse, np.asarray(pdir, dtype=np.float32)
+
+
+def _implied_forms(strings: list[str]) -> set[str]:
+    """The strings relate.entailment states the implications of ``strings`` with, when every known
+    form is available: the string-level inverse where there is one, else the group's first form."""
+    from relate.entailment import implied_relations
+    from relate.predicate_knowledge import load_predicate_knowledge
+    from relate.text.resources import group_of
+
+    k = load_predicate_knowledge()
+    out: set[str] = set()
+    for s in strings:
+        out.update(f for _, _, f in implied_relations([(0, 1, s)], group_of,
+                                                      lambda g, pref: pref or k.groups[g].forms[0], k))
+    return out
 
 
 def _pair_rate(train: pa.Table, categories: list[str]) -> np.ndarray:
@@ -204,11 +225,21 @@ def build_space(cfg: DataConfig, text_dim: int) -> dict:
     cat_bank = build_bank(categories, encoder_name=cfg.text_encoder).matrix
     _, group = np.unique(k, return_inverse=True)
     t = torch.from_numpy
+    _, family = np.unique(np.array(_families(keys), dtype=object), return_inverse=True)
     space = PredicateSpace(t(group.astype(np.int64)), t(inverse), t(pdir), t(p_cond), t(syn),
                            torch.tensor(cols, dtype=torch.long), t(cat_bank), t(_pair_rate(train, categories)),
-                           t(scope))
+                           t(scope), t(family.astype(np.int64)))
     return {"space": space, "bank": bank, "forms": strings, "categories": categories, "n_train": train.num_rows,
             "isotonic_synonym": iso, "sources": sources}
+
+
+def _families(keys: list[str]) -> list[str]:
+    """The family of each synonym-group key (relate/predicate_knowledge.yaml); a string in no group
+    is in family 'unknown'."""
+    from relate.predicate_knowledge import load_predicate_knowledge
+
+    groups = load_predicate_knowledge().groups
+    return [groups[k].family if k in groups else "unknown" for k in keys]
 
 
 def _without_held_out(cfg: DataConfig, train: pa.Table, strings, keys, held, inverse, pdir):
@@ -357,6 +388,20 @@ class DecodeStage:
         self.cat_index = {c: i for i, c in enumerate(categories)}
         self.source_index = {s: i for i, s in enumerate(sources or ["*"])}  # an unlisted source: row 0
         self.rng = np.random.default_rng(seed)
+        self.group_of, self.first_form = {}, {}
+        if data.implied_relations:
+            for f in forms:
+                g = concept_key(f, data.predicates)
+                self.group_of[f] = g
+                self.first_form.setdefault(g, f)
+
+    def _form_of(self, group: str, preferred: str | None) -> str | None:
+        return preferred if preferred in self.form_index else self.first_form.get(group)
+
+    def _implied(self, kept: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+        from relate.entailment import implied_relations
+
+        return implied_relations(kept, self.group_of.get, self._form_of)
 
     def _jitter(self, img: torch.Tensor) -> torch.Tensor:
         s = self.cfg.photometric
@@ -388,9 +433,12 @@ class DecodeStage:
                 out["boxes"][k, i] = [b["x1"] * sx, b["y1"] * sy, b["x2"] * sx, b["y2"] * sy]
                 out["box_valid"][k, i] = True
                 out["categories"][k, i] = self.cat_index.get(b["category"], -1)
-            kept = [(x["subject"], x["object"], self.form_index[x["predicate"]]) for x in r["relations"]
+            kept = [(x["subject"], x["object"], x["predicate"]) for x in r["relations"]
                     if x["subject"] < n and x["object"] < n and x["subject"] != x["object"]
-                    and x["predicate"] in self.form_index][:m]
+                    and x["predicate"] in self.form_index]
+            if self.cfg.implied_relations:
+                kept += self._implied(kept)
+            kept = [(s, o, self.form_index[p]) for s, o, p in kept[:m]]
             if kept:
                 out["rels"][k, : len(kept)] = np.array(kept)
         return out

@@ -14,8 +14,8 @@ import numpy as np
 
 from train_jobs.relation_data import DataConfig, _predicate_tables, concept_family, concept_key
 
-__all__ = ["evaluate_split", "baseline_metrics", "report_test", "truth_root", "truth_report", "format_report",
-           "summary_lines"]
+__all__ = ["evaluate_split", "baseline_metrics", "report_test", "truth_root", "truth_report", "truth_cells",
+           "score_truth_split", "format_report", "summary_lines"]
 
 
 def _recalls(gt, preds, mode: str, tag: str) -> dict[str, float]:
@@ -80,12 +80,13 @@ def _pixel_accuracy(gt, scores, strings, mode: str) -> dict[str, float]:
         {f"pixel/{f}_n": float(len(v)) for f, v in hits.items()}
 
 
-def truth_report(predictor, scores, strings, truth, mode: str, k: int = 10):
-    """``relate.metrics.truth`` over scored images: ``truth`` holds each image's (triples, count of
-    the world's boxes). Each concept's score on a pair is its best form's Eq. 6 logit (the score's
-    order, unsaturated); pairs with a box beyond the world's own (appended by a pipeline) are left out."""
+def truth_cells(predictor, scores, strings, truth, mode: str) -> tuple[list, list[str]]:
+    """(per-image ``relate.metrics.truth.ImageCells``, the world's concepts): ``truth`` holds each
+    image's (triples, count of the world's boxes). Each concept's score on a pair is its best form's
+    Eq. 6 logit (the score's order, unsaturated); pairs with a box beyond the world's own (appended
+    by a pipeline) are left out."""
     from relate.data.lexicon import CONCEPTS
-    from relate.metrics.truth import ImageCells, score_against_truth
+    from relate.metrics.truth import ImageCells
     from relate.model.score import relation_logit
 
     concepts = list(CONCEPTS)
@@ -102,8 +103,39 @@ def truth_report(predictor, scores, strings, truth, mode: str, k: int = 10):
             if cols.any():
                 per[:, j] = logit[:, cols].max(axis=1)
         cells.append(ImageCells(sc.pairs[inside], per, n_world, t))
+    return cells, concepts
+
+
+def truth_report(predictor, scores, strings, truth, mode: str, k: int = 10):
+    """``relate.metrics.truth.score_against_truth`` over scored images (:func:`truth_cells`)."""
+    from relate.data.lexicon import CONCEPTS
+    from relate.metrics.truth import score_against_truth
+
+    cells, concepts = truth_cells(predictor, scores, strings, truth, mode)
     return score_against_truth(cells, concepts, {c: CONCEPTS[c].family for c in concepts}, k=k,
                                inverse_of={c: CONCEPTS[c].inverse for c in concepts})
+
+
+def score_truth_split(predictor, truth_root: str, split: str, limit: int | None = None):
+    """Every image of ``split`` of a synthetic world (the first ``limit`` only for a curve's quick
+    look) scored against its full truth: (the per-family figures, and the seed's
+    ``relate.metrics.truth_intervals.TruthKit`` for intervals over seeds and images)."""
+    from relate.data.corpus import read_corpus
+    from relate.data.lexicon import CONCEPTS
+    from relate.data.world_truth import world_truth
+    from relate.metrics.truth import score_against_truth
+    from relate.metrics.truth_intervals import truth_kit
+
+    table = read_corpus(truth_root, split)
+    if limit is not None:
+        table = table.slice(0, limit)
+    scores = predictor.score_images(table.column("uri").to_pylist(), table.column("boxes").to_pylist())
+    truth = world_truth(truth_root, table.column("image_id").to_pylist(), table.column("boxes").to_pylist())
+    cells, concepts = truth_cells(predictor, scores, list(predictor.vocabulary_strings(None)), truth,
+                                  "synthetic_lexicon")
+    family_of = {c: CONCEPTS[c].family for c in concepts}
+    report = score_against_truth(cells, concepts, family_of, inverse_of={c: CONCEPTS[c].inverse for c in concepts})
+    return report.flat("truth/"), truth_kit(cells, concepts, family_of)
 
 
 def _truth_figures(predictor, table, scores, strings, cfg: DataConfig, tag: str) -> dict[str, float]:

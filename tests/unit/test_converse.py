@@ -70,3 +70,36 @@ def test_the_predictor_applies_it_only_when_the_model_asks(monkeypatch):
     # the argument overrides the checkpoint's setting either way
     off = RelationPredictor(model, random_bank(vocab), converse=False).score_images([image], [boxes])[0]
     np.testing.assert_array_equal(off.l_pred, raw.l_pred)
+
+
+def test_a_novel_predicate_never_borrows_its_trained_converse():
+    """A compliant model was trained on "in front of" and not on "behind" (held out): "behind" keeps
+    its own logit, whatever "in front of" scores on the reversed pair, and "in front of" does not
+    read the untrained "behind" either; a trained pair ("left of" / "right of") still averages."""
+    vocab = ["in front of", "behind", "left of", "right of"]
+    trained = ["in front of", "left of", "right of"]
+    l = np.array([[4.0, -2.0, 1.0, 0.0],
+                  [0.0, 2.0, 3.0, 5.0],
+                  [1.0, 1.0, 1.0, 1.0]], np.float32)
+    cmap = converse_map(vocab, trained=trained)
+    got = converse_logits(PAIRS, l, cmap)
+    np.testing.assert_array_equal(got[:, :2], l[:, :2])
+    assert got[0, 2] == pytest.approx((1.0 + 5.0) / 2) and got[1, 3] == pytest.approx((5.0 + 1.0) / 2)
+    for base in (-50.0, 50.0):  # the novel column is blind to the trained converse's scores
+        moved = l.copy()
+        moved[:, 0] = base
+        np.testing.assert_array_equal(converse_logits(PAIRS, moved, cmap)[:, 1], l[:, 1])
+    # two untrained converse groups still average with each other
+    both_novel = converse_logits(PAIRS, l, converse_map(vocab, trained=["left of", "right of"]))
+    assert both_novel[0, 1] == pytest.approx((-2.0 + 0.0) / 2)
+
+
+def test_the_predictor_pairs_groups_by_what_its_bank_was_trained_on():
+    from test_model_forward_api import random_bank, tiny_cfg
+
+    torch.manual_seed(0)
+    cfg = tiny_cfg().model_copy(update={"converse_scoring": True})
+    model = create_relation_model(cfg).eval()
+    pred = RelationPredictor(model, random_bank(["in front of", "left of", "right of"]))
+    cmap = pred._converse_for(pred._bank_for(["in front of", "behind", "left of", "right of"])[0])
+    assert cmap.partner[0] == -1 and cmap.partner[1] == -1 and cmap.partner[2] >= 0 and cmap.partner[3] >= 0

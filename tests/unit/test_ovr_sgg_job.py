@@ -87,3 +87,38 @@ def test_shipped_configs_parse_and_name_their_splits():
     vg = load_config(OvRSGGConfig, configs / "ovr_sgg_vg150.yaml")
     assert (syn.split, syn.benchmark.fold, vg.split, vg.benchmark.reader) == ("synthetic_ovr", "lexicon", "vg150_ovr", "vg150")
     assert vg.benchmark.detections and set(vg.matchers) == {"sgb", "one_to_one"}
+
+
+def test_converse_scoring_of_a_compliant_checkpoint_leaves_the_novel_predicates_their_own(tmp_path):
+    """Converse scoring on, the OvR job's inference path: the held-out "behind" and "inside" have the
+    trained "in front of" and "contains" as converses, yet every novel string's scores are the ones
+    converse scoring off gives, and stay so when the trained converses' scores are forced anywhere.
+    The base predicates' scores do change (they average with each other), so the switch is live."""
+    import numpy as np
+
+    from relate.api import load_model
+
+    world = write_corpus(tmp_path / "world", SyntheticConfig(seed=3, num_scenes=6, min_size=64, max_size=80),
+                         split=lambda i: "test")
+    test = pq.read_table(world / "corpus" / "test")
+    split = load_predicate_split("synthetic_ovr")
+    forms = all_surface_forms()
+    ho = held_out(split)
+    ck = _checkpoint(tmp_path / "held", [f for f in forms if not ho.removes(f)])
+    uris, boxes = test.column("uri").to_pylist(), test.column("boxes").to_pylist()
+    novel = np.array([ho.removes(f) for f in forms])
+    base_converse = np.isin(forms, ["in front of", "occluding", "blocking the view of", "contains", "enclosing",
+                                    "holding inside"])
+    on = load_model(ck, converse=True).score_images(uris, boxes, forms)
+    off = load_model(ck, converse=False).score_images(uris, boxes, forms)
+    assert any(not np.allclose(a.l_pred[:, ~novel], b.l_pred[:, ~novel]) for a, b in zip(on, off))
+    for a, b in zip(on, off):
+        np.testing.assert_array_equal(a.l_pred[:, novel], b.l_pred[:, novel])
+    from relate.converse import converse_logits
+
+    pred = load_model(ck, converse=True)
+    cmap = pred._converse_for(pred._bank_for(forms)[0])
+    for a in off:
+        forced = a.l_pred.copy()
+        forced[:, base_converse] = 1e3
+        np.testing.assert_array_equal(converse_logits(a.pairs, forced, cmap)[:, novel], a.l_pred[:, novel])

@@ -270,3 +270,49 @@ def test_scripted_annotator_states_layout_from_the_left_upper_front_object():
     req = VLMRequest(image_png=b"", prompt="p", image_id="x", pass_name="spatial", boxes=boxes, reference=ref, draft=())
     got = {(it["subject"], it["predicate"], it["object"]) for it in ScriptedAnnotator(cfg).plan(req).items}
     assert got == {(0, "left of", 1), (0, "over", 1), (0, "blocking the view of", 1), (1, "left of", 0), (1, "near", 0)}
+
+
+# -- entailments ----------------------------------------------------------------------------------
+_ENTAIL = _VALID + """entailments:
+  - {from: holding, to: near, why: "a held thing is within reach"}
+"""
+
+
+def test_an_entailment_is_derived_from_the_other_end(tmp_path):
+    k = load_predicate_knowledge(_write(tmp_path, _ENTAIL))
+    assert [(e.premise, e.conclusion, e.derived) for e in k.entailments] == [
+        ("holding", "near", False), ("held_by", "near", True)]  # near is symmetric: held_by -> near
+    assert k.entailed_by("holding") == ("near",) and k.entailed_by("near") == ()
+    assert k.converse_of("holding") == "held_by" and k.converse_of("near") == "near"
+
+
+def test_a_directional_conclusion_is_derived_as_its_inverse(tmp_path):
+    k = load_predicate_knowledge(_write(tmp_path, _VALID + "entailments:\n"
+                                        "  - {from: holding, to: above, why: x}\n"))
+    assert k.entailed_by("held_by") == ("below",)
+
+
+def test_entailment_refusals_name_the_line(tmp_path):
+    line = _VALID.count("\n") + 2
+    for bad, message in ((r'{from: holding, to: nowhere, why: x}', "entailment to 'nowhere' is not a group"),
+                         (r'{from: holding, to: holding, why: x}', "'holding' entails itself"),
+                         (r'{from: holding, to: near}', "entailment 'holding' -> 'near' needs a 'why'"),
+                         (r'{from: holding, to: near, why: x, how: y}', "entailment has unknown key 'how'")):
+        path = _write(tmp_path, _VALID + "entailments:\n  - " + bad + "\n")
+        with pytest.raises(PredicateKnowledgeError, match=re.escape(f"{path}:{line}: ") + message):
+            load_predicate_knowledge(path)
+    # an inverse premise needs a conclusion that can be stated from the other end
+    text = _VALID.replace("  near:\n    family: spatial\n    symmetric: true\n", "  near:\n    family: spatial\n")
+    path = _write(tmp_path, text + "entailments:\n  - {from: holding, to: near, why: x}\n")
+    with pytest.raises(PredicateKnowledgeError, match="cannot be stated from the other end"):
+        load_predicate_knowledge(path)
+
+
+def test_shipped_entailments_are_the_contact_relations_touching_follows_from():
+    """Every premise is a group Algorithm 1 gates as a contact relation (``contact: true``), and
+    every conclusion is ``touching``: what "resting on", "holding", "wearing" say of the two things."""
+    k = load_predicate_knowledge()
+    assert k.entailments and all(e.conclusion == "touching" for e in k.entailments)
+    assert all(k.groups[e.premise].contact for e in k.entailments)
+    assert {"on", "supporting", "holding", "held_by", "wearing", "worn_by"} <= {e.premise for e in k.entailments}
+    assert all(e.why for e in k.entailments)
