@@ -64,6 +64,10 @@ class LearnabilityConfig(StrictConfig):
     eval_every: int = Field(0, ge=0, description="with eval_scenes: also score the held-out scenes every N steps "
                             "(the result's curve; a line printed each time); 0: only at the end")
     control: Literal["none", "shuffled_boxes", "blank_pixels"] = Field("none", description="what is taken away")
+    coverage: Literal["full", "stated"] = Field(
+        "full", description="what the training scenes state: 'full', every relation that holds; 'stated', only the "
+        "few the world chooses to state, as annotation gives (a positive-unlabeled corpus). Held-out scenes are "
+        "scored against their full truth either way")
     work_dir: str | None = Field(None, description="folder for the images, the corpus and the final EMA weights "
                                  "(ema_weights.pt); None: a temporary folder, removed at the end")
 
@@ -105,7 +109,8 @@ def build_recipe(cfg: LearnabilityConfig, corpus_root: str, steps: int):
 
 
 def _write_scenes(cfg: LearnabilityConfig, root: Path) -> None:
-    """The training scenes (with twins) as split ``train``; ``eval_scenes`` more, without twins, as ``test``."""
+    """The training scenes (with twins) as split ``train``; ``eval_scenes`` more, without twins and stating
+    their full truth, as ``val``."""
     import pyarrow.parquet as pq
     from PIL import Image
 
@@ -116,11 +121,12 @@ def _write_scenes(cfg: LearnabilityConfig, root: Path) -> None:
     world = SyntheticConfig(seed=cfg.seed, num_scenes=cfg.scenes + cfg.eval_scenes, min_size=cfg.min_size,
                             max_size=cfg.max_size, max_objects=cfg.max_objects, min_objects=min(3, cfg.max_objects),
                             coverage="full")
-    rows: dict[str, list[dict]] = {"train": [], "test": []}
+    stated = world.model_copy(update={"coverage": "stated"})  # the same scenes, stating what the world chooses
+    rows: dict[str, list[dict]] = {"train": [], "val": []}
     for i in range(cfg.scenes + cfg.eval_scenes):
-        split = "train" if i < cfg.scenes else "test"
+        split = "train" if i < cfg.scenes else "val"
         for twin in (False, True) if cfg.twins and split == "train" else (False,):
-            sc = make_scene(i, world, twin=twin)
+            sc = make_scene(i, stated if split == "train" and cfg.coverage == "stated" else world, twin=twin)
             uri = root / "images" / f"{sc.image_id}.png"
             uri.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(sc.image).save(uri)
@@ -155,6 +161,9 @@ def main(cfg: LearnabilityConfig) -> LearnabilityResult:
     from train_jobs.relation_data import DataConfig, DecodeStage, build_space
     from train_jobs.relation_worker import TrainRunner
 
+    if cfg.coverage == "stated" and (cfg.twins or not cfg.eval_scenes):
+        raise ValueError("coverage 'stated' trains on what the world states and is scored on held-out scenes against "
+                         "their full truth: set twins=false and eval_scenes > 0")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(cfg.work_dir or tmp)
         _write_scenes(cfg, root)
@@ -169,7 +178,7 @@ def main(cfg: LearnabilityConfig) -> LearnabilityResult:
         runner = TrainRunner(train_cfg, space, cfg.steps)
         rng = np.random.default_rng([cfg.seed, 17])
         per_step = min(train_cfg.optim.batch_size, len(table))
-        eval_table = read_corpus(root, "test") if cfg.eval_scenes else table
+        eval_table = read_corpus(root, "val") if cfg.eval_scenes else table
         t0 = time.perf_counter()
         losses, curve = [], []
         for step in range(1, cfg.steps + 1):

@@ -215,3 +215,32 @@ def test_a_synonym_with_zero_weight_is_never_a_negative_of_its_group():
               + [(L[4][c], 1.0) for c in (ATOP, UNDER, *others)])
     r4 = _row([(L[5][UNDER], 1.0)], [(L[5][c], 1.0) for c in (ON, ATOP, HOLDING, NEAR, *others)])
     assert got["infonce"].item() == pytest.approx((r1 + r2 + r3 + r4) / 4, abs=1e-5)
+
+
+FAMILY = torch.tensor([0, 0, 0, 1, 0, 2, 1])  # on, atop, under, touching: one family; near, beside; holding
+
+
+def test_family_scope_leaves_other_families_unlabelled():
+    """``negatives_scope='family'``: an annotated pair's negatives are only the unstated predicates of
+    its annotations' own families. "on" at (0, 1) is contrasted with "under" (same family), no longer
+    with "near" or "holding"; "holding" and "near" have no other predicate of their family in the
+    batch, so their rows have no negative and cost nothing; the per-cell sigmoid's negatives shrink
+    the same way (touching and under for "on"; beside for "near"; none for "holding")."""
+    out, rels, cats, valid = _batch()
+    space = _space()
+    space.family = FAMILY
+    got = relation_objective(out, rels, cats, valid, space, _only("infonce", negatives_scope="family"))
+    L = LOGITS
+    r1 = _row([(L[0][ON], 1.0), (L[0][ATOP], SYN_ON_ATOP)], [(L[0][UNDER], 1.0)])
+    r4 = _row([(L[5][UNDER], 1.0)], [(L[5][ON], 1.0)])
+    assert got["infonce"].item() == pytest.approx((r1 + 0.0 + 0.0 + r4) / 4, abs=1e-5)
+    sig = relation_objective(out, rels, cats, valid, space, _only("sigmoid", negatives_scope="family"))
+    num = den = 0.0
+    for row, positives, negs in ((0, {ON, ATOP}, [UNDER, TOUCHING]), (2, {HOLDING}, []), (4, {NEAR}, [BESIDE]),
+                                 (5, {UNDER}, [ON, ATOP, TOUCHING])):
+        num += sum(_bce(L[row][c], 1) for c in positives)
+        num += len(positives) / max(1, len(negs)) * sum(_bce(L[row][c], 0) for c in negs)
+        den += 2 * len(positives)
+    assert sig["sigmoid"].item() == pytest.approx(num / den, abs=1e-5)
+    with pytest.raises(ValueError, match="family ids"):
+        relation_objective(out, rels, cats, valid, _space(), _only("sigmoid", negatives_scope="family"))

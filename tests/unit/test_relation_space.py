@@ -132,3 +132,31 @@ def test_dropped_by_caps_counts_what_decoding_would_cut():
                                     [rel(0, 1)]]})
     assert dropped_by_caps(table, DataConfig(max_boxes=3, max_relations=3)) == (2, 10, 2)
     assert dropped_by_caps(table, DataConfig(max_boxes=4, max_relations=4)) == (0, 10, 0)
+
+
+def test_decode_states_what_each_relation_implies_in_the_training_vocabulary(tmp_path):
+    """``data.implied_relations``: "cup on table" also trains "cup touching table" and "table touching
+    cup"; "2 in front of 0" trains "0 behind 2" with the string paired with its own; a group outside
+    the forms (an OvR-SGG hold-out of "behind") is never stated; stated relations come first."""
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
+    boxes = [{"x1": 0.0, "y1": 0.0, "x2": 4.0, "y2": 4.0, "category": "cup"}] * 3
+    rels = [_rel(0, 1, "on"), _rel(2, 0, "occluding")]
+    row = {"uri": str(tmp_path / "a.png"), "width": 8, "height": 8, "boxes": boxes, "relations": rels, "source": "x"}
+    forms = ["on", "touching", "against", "in front of", "occluding", "behind", "hidden behind"]
+    idx = {f: i for i, f in enumerate(forms)}
+
+    def decoded(data, forms):
+        got = DecodeStage(16, data, forms, ["cup"])(pa.Table.from_pylist([row]))["rels"][0]
+        return [tuple(r) for r in got.tolist() if r[0] >= 0]
+
+    plain = decoded(DataConfig(photometric=0.0), forms)
+    assert plain == [(0, 1, idx["on"]), (2, 0, idx["occluding"])]
+    implied = decoded(DataConfig(photometric=0.0, implied_relations=True), forms)
+    assert implied[:2] == plain
+    assert sorted(implied[2:]) == sorted([(0, 1, idx["touching"]), (1, 0, idx["touching"]), (0, 2, idx["hidden behind"])])
+    held = [f for f in forms if f not in ("behind", "hidden behind")]
+    without = decoded(DataConfig(photometric=0.0, implied_relations=True), held)
+    hidx = {f: i for i, f in enumerate(held)}
+    assert sorted(without[2:]) == sorted([(0, 1, hidx["touching"]), (1, 0, hidx["touching"])])
