@@ -10,8 +10,9 @@ export TOKENIZERS_PARALLELISM := false
 venv:
 	@bash scripts/venv.sh test
 
+# DEMO_ARGS: scripts/demo.py's options, e.g. DEMO_ARGS="--scenes 60 --steps 6" (tests/ray/test_readme_run.py)
 demo: venv
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py $(DEMO_ARGS)
 
 test: venv
 	@bash scripts/system_deps.sh
@@ -28,9 +29,10 @@ bench-quick: venv
 # save; `make docs-build` is the strict build CI runs through tests/unit/test_docs.py. The two
 # variables silence the theme's and a plugin's banners about MkDocs 2, which are not build warnings.
 DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+DOCS_ADDR ?= 127.0.0.1:8001
 
 docs: venv
-	$(DOCS_ENV) $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
+	$(DOCS_ENV) $(PY) -m mkdocs serve --dev-addr $(DOCS_ADDR)
 
 docs-build: venv
 	$(DOCS_ENV) $(PY) -m mkdocs build --strict

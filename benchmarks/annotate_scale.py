@@ -22,7 +22,8 @@ second, the object store's used bytes (the raylet's store statistics). Figures, 
 
 and the ratios ``cost_ratio_20k_over_2k`` (CPU per image), ``wall_ratio_20k_over_2k`` and
 ``driver_rss_ratio_20k_over_2k`` (peak driver RSS), plus the ``200k`` ones in the full run. A
-flat job keeps each ratio near 1 (goal: at most 1.1). Linux only (``/proc`` through psutil).
+flat job keeps each ratio near 1 (goal: at most 1.1). ``--sizes 200 1000`` measures other sizes
+(labelled as counted: ``0.2k``, ``1k``), for a smoke run. Linux only (``/proc`` through psutil).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ _MB = 1024 * 1024
 
 
 def _label(n: int) -> str:
-    return f"{n // 1000}k"
+    return f"{n // 1000}k" if n % 1000 == 0 else f"{n / 1000:g}k"
 
 
 def _pool(root: Path):
@@ -216,8 +217,10 @@ def _one_size(input_dir: str, out_dir: str, n: int, log: str) -> dict[str, float
             f"load_average_1m_{x}": round(os.getloadavg()[0], 2)}
 
 
-def measure(quick: bool) -> dict[str, float]:
-    sizes = QUICK_SIZES if quick else FULL_SIZES
+def measure(quick: bool, sizes: tuple[int, ...] | None = None) -> dict[str, float]:
+    """Every size's figures and each larger size's ratios over the first; ``sizes`` replaces the
+    quick or full sizes (``--sizes 200 1000``: a smoke run of the whole benchmark in seconds)."""
+    sizes = sizes or (QUICK_SIZES if quick else FULL_SIZES)
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -241,6 +244,13 @@ def measure(quick: bool) -> dict[str, float]:
 
 if __name__ == "__main__":
     # through the importable module, so the spawned per-size process finds _one_size by name
+    import argparse
+    import functools
+    import sys
+
     import benchmarks.annotate_scale as _bench
 
-    run_benchmark("annotate_scale", _bench.measure)
+    _ap = argparse.ArgumentParser(add_help=False)
+    _ap.add_argument("--sizes", type=int, nargs="+", default=None, help="record counts, smallest first")
+    _known, _rest = _ap.parse_known_args(sys.argv[1:])
+    run_benchmark("annotate_scale", functools.partial(_bench.measure, sizes=tuple(_known.sizes or ()) or None), _rest)

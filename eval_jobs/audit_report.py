@@ -22,6 +22,8 @@ from relate.audit.sampler import AuditSampleConfig, verify_corpus
 from relate.audit.store import open_verdict_store
 from relate.config import StrictConfig
 from relate.data.corpus import read_corpus
+from relate.data.corpus import require_corpus
+from relate.job_inputs import one_line_errors, require_path
 
 __all__ = ["AuditReportConfig", "main"]
 
@@ -49,6 +51,9 @@ def _clean(x: Any) -> Any:
 def main(cfg: AuditReportConfig) -> dict[str, Any]:
     """Build, print and write the report; returns it."""
     db = Path(cfg.db)
+    require_path(db, "verdict database (--db)", "python -m serve_apps.audit_app --corpus CORPUS --batch batch.json "
+                 f"--db {db} (the audit page; docs/jobs/audit.md)")
+    require_corpus(cfg.corpus, "audited corpus (--corpus)")
     if not db.is_file():
         raise FileNotFoundError(f"verdict database not found: {db}")
     store = open_verdict_store(db)
@@ -78,4 +83,5 @@ def _parse(argv: Sequence[str] | None) -> AuditReportConfig:
 
 
 if __name__ == "__main__":  # pragma: no cover
+    one_line_errors("eval_jobs.audit_report")
     main(_parse(None))

@@ -52,6 +52,8 @@ import pyarrow.parquet as pq
 from relate.config import dump_config, parse_job_args
 from relate.annotation_stats import format_vlm_line
 from relate.jobinfo import Progress, gather, run_name
+from relate.data.corpus import require_corpus
+from relate.job_inputs import MAKE_WORLD, require_path
 from relate.placement import ray_remote_args
 from relate.judge import AUDIT_SCHEMA, summarise_relation_arm, tally_graph_arm
 from relate.judge.summary import table7_markdown
@@ -255,6 +257,10 @@ def summarise(cfg: JudgeJobConfig, rows: list[dict], images: dict, reference: Co
             "relation": relation, "graph": graph}
 
 
+_MAKE_SYSTEMS = ("python -m relate.judge.synthetic_systems --corpus runs/demo/synthetic --out runs/judge_systems (the "
+                 "synthetic world's two systems), or a system's predictions (docs/jobs/evaluation.md)")
+
+
 def main(cfg: JudgeJobConfig) -> dict:
     """Run (or resume) the judge over every shard; returns the result also written to result.json.
 
@@ -263,6 +269,9 @@ def main(cfg: JudgeJobConfig) -> dict:
     exactly them. Raises :class:`JudgeStopped` when the judge refused as misconfigured (401/403/404)
     or ``max_consecutive_failures`` calls failed in a row.
     """
+    require_corpus(cfg.corpus, "judged corpus (corpus)", MAKE_WORLD, splits=[cfg.split])  # missing: one line
+    for s in cfg.systems:
+        require_path(s.predictions, f"predictions (systems.{s.name}.predictions)", _MAKE_SYSTEMS)
     out = Path(cfg.out_dir)
     audit_dir = out / "audit"
     audit_dir.mkdir(parents=True, exist_ok=True)

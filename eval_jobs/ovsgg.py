@@ -45,6 +45,7 @@ from eval_jobs.ovsgg_config import BenchmarkSpec, InferenceSpec, OVSGGConfig, Sy
 from relate.config import dump_config, parse_job_args
 from relate.data.readers import BenchmarkData
 from relate.jobinfo import Progress, gather, run_name
+from relate.job_inputs import MAKE_BENCHMARK, require_checkpoint, require_path
 from relate.metrics import composite, leave_one_axis_out
 from relate.placement import ResourcesConfig, ray_remote_args
 from relate.schema import PER_IMAGE_SCHEMA, to_table
@@ -160,10 +161,29 @@ class _Stages:
         return gather(self.ray, refs, progress)
 
 
+def _require_inputs(cfg: OVSGGConfig) -> None:
+    """Every local file the run reads exists before any work starts (a missing one: one line naming the
+    command that makes it)."""
+    for b in cfg.benchmarks:
+        require_path(b.path, f"benchmark files (benchmarks.{b.name}.path)", MAKE_BENCHMARK)
+        if b.detections:
+            require_path(b.detections, f"detections (benchmarks.{b.name}.detections)", MAKE_BENCHMARK)
+    for s in cfg.systems:
+        for name, path in s.predictions.items():
+            require_path(path, f"predictions (systems.{s.name}.predictions.{name})",
+                         "the system's exported predictions: python -m eval_jobs.convert (docs/jobs/evaluation.md)")
+        if s.train_corpus:
+            require_path(s.train_corpus, f"training corpus (systems.{s.name}.train_corpus)",
+                         "make demo (runs/demo/ovsgg_train_corpus.parquet), or set it to null")
+    if cfg.inference is not None and cfg.inference.checkpoint is not None:
+        require_checkpoint(cfg.inference.checkpoint, "checkpoint (inference.checkpoint)")
+
+
 def main(cfg: OVSGGConfig, predict_fn: PredictFn | None = None) -> dict:
     """Run the benchmark; returns the results dict also written to ``out_dir/results.json``."""
     from eval_jobs.report import write_radar, write_table
 
+    _require_inputs(cfg)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "config.yaml")

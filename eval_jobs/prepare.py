@@ -48,6 +48,8 @@ from pydantic import Field
 
 from relate.config import StrictConfig, apply_overrides, dump_config
 from relate.storage import Location, under_root
+from relate.data.corpus import require_corpus
+from relate.job_inputs import MAKE_WORLD, one_line_errors
 from relate.data.readers import BenchmarkData, image_key, load_exclusions, read_benchmark
 from relate.data.readers.layouts import LAYOUTS, check_layout, describe_layout
 
@@ -273,6 +275,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[PrepareConfig | None,
         if a.describe:
             return None, ("synthetic: a folder written by pipelines.synthetic (corpus/<split>/*.parquet and images/); "
                           "its test split is exported as the synthetic OV-SGG-Bench")
+        require_corpus(under_root(a.root, "--root"), "synthetic world (--root)", MAKE_WORLD)
         prepare_synthetic(under_root(a.root, "--root"), under_root(a.out_dir, "--out"))
         return None, None
     if a.describe:
@@ -282,6 +285,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[PrepareConfig | None,
 
 
 if __name__ == "__main__":
+    one_line_errors("eval_jobs.prepare")
     _cfg, _text = parse_args(sys.argv[1:])
     if _cfg is None:
         if _text:

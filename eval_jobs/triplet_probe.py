@@ -29,6 +29,7 @@ from pydantic import Field, model_validator
 from relate.config import StrictConfig, dump_config, parse_job_args
 from relate.storage import Location, LocationValue
 from relate.jobinfo import Progress, gather, run_name
+from relate.job_inputs import require_path
 from relate.placement import ResourcesConfig, ray_remote_args
 from relate.data.poporo import TripletSet, read_triplet_manifest
 from relate.data.synthetic_triplets import SyntheticTripletsConfig, write_synthetic_triplets
@@ -385,6 +386,9 @@ def _sweep_markdown(models: dict[str, dict[str, Any]]) -> str:
 
 def main(cfg: TripletProbeConfig) -> TripletProbeResult:
     """Run the probe for every model in ``cfg`` and write the report folder."""
+    if cfg.manifest is not None:  # a missing input: one line naming what makes it
+        require_path(cfg.manifest, "triplet manifest (manifest)", "POPORO's manifest.csv (docs/jobs/probe.md), or "
+                     "python -m pipelines.poporo_in --config FILE for PoporoIN")
     t0 = time.perf_counter()
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -58,9 +58,10 @@ from relate.annotation_stats import (AnnotationTally, format_annotation_table, f
                                      format_vlm_line, throughput, vlm_call_stats)
 from relate.config import StrictConfig, dump_config, parse_job_args
 from relate.storage import Location
-from relate.data.corpus import SPLITS
 from relate.gate import GateConfig, TopUpConfig
 from relate.jobinfo import Progress, run_name
+from relate.data.corpus import SPLITS, require_corpus
+from relate.job_inputs import MAKE_WORLD, require_path
 from relate.placement import ResourcesConfig, ray_remote_args
 
 __all__ = ["AnnotateConfig", "AnnotateResult", "AnnotationStopped", "build_annotation", "build_work", "main",
@@ -498,6 +499,10 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
     """Run (or resume) the annotation job; returns the run statistics and any outstanding failures."""
     import ray
 
+    if cfg.images is None:  # a missing input: one line naming the command that makes it (relate.job_inputs)
+        require_corpus(cfg.input_dir, "annotation input (image records)", MAKE_WORLD, cfg.splits)
+    else:
+        require_path(cfg.images.boxes_file, "annotation input (boxes file)", "your own JSON Lines file: docs/jobs/annotation.md")
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "annotate_config.yaml")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from relate.model.score import Calibration
 from relate.storage import is_uri, join, redact, resolve
 
 __all__ = ["CheckpointError", "LoadedCheckpoint", "save_checkpoint", "load_checkpoint", "write_calibration",
-           "local_copy", "CHECKPOINT_FORMAT"]
+           "local_copy", "find_latest_checkpoint", "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = "relate.relation_checkpoint.v1"
 _FILES = ("config.yaml", "model.safetensors", "text_bank.npz", "calibration.json", "meta.json")
@@ -166,6 +167,25 @@ def _load_folder(folder: Path, where: str, map_location: str) -> LoadedCheckpoin
     model.eval()
     cal = Calibration.from_dict(json.loads((folder / "calibration.json").read_text()))
     return LoadedCheckpoint(model, bank, cal, cfg, meta["text_encoder"])
+
+
+def find_latest_checkpoint(root: str | Path) -> Path | None:
+    """The most recently written checkpoint folder anywhere under the local folder ``root`` (by the
+    time its weights were written), or None when there is none. A folder counts when its
+    ``meta.json`` names this format; symbolic links are not followed, so nothing is counted twice."""
+    best: tuple[float, str] | None = None
+    for dirpath, _dirs, files in os.walk(root):
+        if "meta.json" not in files or "model.safetensors" not in files:
+            continue
+        folder = Path(dirpath)
+        try:
+            if json.loads((folder / "meta.json").read_text()).get("format") != CHECKPOINT_FORMAT:
+                continue
+            key = ((folder / "model.safetensors").stat().st_mtime, str(folder))
+        except (OSError, ValueError):  # a checkpoint being written or removed right now
+            continue
+        best = key if best is None or key > best else best
+    return None if best is None else Path(best[1])
 
 
 def write_calibration(target: str | Path, calibration: Calibration, filesystem=None,

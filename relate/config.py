@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from relate.job_inputs import UserInputError, one_line_errors
 
 __all__ = ["StrictConfig", "load_config", "apply_overrides", "parse_job_args", "ConfigError", "dump_config", "read_yaml"]
 
@@ -38,7 +41,7 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserInputError, ValueError):
     """A config file or override is invalid; the message names the field and the problem."""
 
 
@@ -124,7 +127,11 @@ def dump_config(cfg: BaseModel, path: str | Path) -> None:
 
 
 def parse_job_args(cls: type[C], argv: Sequence[str] | None = None, description: str = "") -> C:
-    """The shared ``__main__`` shim: ``--config FILE`` plus repeated ``--set key=value``."""
+    """The shared ``__main__`` shim: ``--config FILE`` plus repeated ``--set key=value``. From here on a
+    config error or a missing input ends the job with one line, no traceback (``relate.job_inputs``)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    one_line_errors(spec.name if spec is not None else Path(sys.argv[0]).name)
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--config", default=None, help="YAML file over the defaults")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -52,6 +52,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from relate.inputs import InputError, check_boxes, decode_image
+from relate.job_inputs import MissingInputError, require_checkpoint
 
 __all__ = ["add_arguments", "run", "main", "collect_images", "read_boxes_file", "read_vocabulary", "ImageJob",
            "IMAGE_SUFFIXES"]
@@ -251,6 +252,7 @@ def _out_stem(job: ImageJob, out: Path, taken: set[Path]) -> Path:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    require_checkpoint(args.checkpoint, "checkpoint (--checkpoint)")
     jobs = collect_images(args.inputs, args.recursive)
     vocabulary = read_vocabulary(args.vocabulary, args.vocabulary_file)
     if args.topk <= 0:
@@ -366,6 +368,6 @@ def run_cli(args: argparse.Namespace) -> int:
 
     try:
         return run(args)
-    except (UsageError, CheckpointError, ExportError) as exc:
+    except (UsageError, CheckpointError, ExportError, MissingInputError) as exc:
         print(f"relate predict: error: {exc}", file=sys.stderr)
         return 2

@@ -2,17 +2,22 @@
 
 1. synthetic world (Ray Data)             -> runs/demo/synthetic
 2. annotation: scripted VLM + gate         -> runs/demo/annotated
-3. training: cpu_small with Ray Train      -> runs/demo/train (checkpoint + test report)
-4. evaluation: OV-SGG-Bench on the exports -> runs/demo/ovsgg (results.json, table.md, radar.png)
-5. serving: Ray Serve + one HTTP request   -> runs/demo/serve (graph JSON + rendered PNG)
+3. training: cpu_small with Ray Train      -> runs/demo/train (checkpoint + test report), runs/demo/checkpoint
+4. evaluation: OV-SGG-Bench on the exports -> runs/demo/prepared, runs/demo/ovsgg (results.json, table.md, radar.png)
+5. serving: Ray Serve + one HTTP request   -> runs/demo/serve (graph JSON + rendered PNG, the scene and its boxes)
 6. triplet probe: baselines + tiny ViT     -> runs/demo/triplet_probe
+
+These are the paths the shipped synthetic configs read, so the README's commands run on what the
+demo leaves: ``runs/demo/checkpoint`` links to the trained checkpoint folder, and the serving
+stage saves its request's scene and boxes for ``relate predict``.
 
 Each stage prints what it did in a few lines and where its full report is. Everything else the
 stage writes to stdout and stderr (its own tables, Ray's and the libraries' logs, from Python, C++
 and child processes alike) goes to ``runs/demo/logs/<stage>.log``; a stage that fails prints the
 end of its log before the traceback. ``--verbose`` shows it all on the terminal instead.
-``--steps`` sets the training length (default 150 optimiser steps); ``--only`` runs a subset of
-stages (they reuse earlier stages' outputs).
+``--steps`` sets the training length (default 150 optimiser steps), ``--scenes`` the world's size
+(``make demo DEMO_ARGS="--scenes 60 --steps 6"`` is the README test's small demo); ``--only`` runs a
+subset of stages (they reuse earlier stages' outputs).
 """
 
 from __future__ import annotations
@@ -156,6 +161,9 @@ def stage_train(steps: int) -> str:
     if res.checkpoint is None:
         raise RuntimeError("training finished without a checkpoint")
     (RUN / "train" / "LATEST").write_text(res.checkpoint)
+    link = RUN / "checkpoint"  # a stable name for the README's commands
+    link.unlink(missing_ok=True)
+    link.symlink_to(os.path.relpath(res.checkpoint, RUN), target_is_directory=True)
     t = res.test
     fams = sorted(k.split("/")[-1][:-3] for k in t if k.startswith("model/truth/family/") and k.endswith("_ap"))
     if fams:
@@ -164,7 +172,7 @@ def stage_train(steps: int) -> str:
         say(f"  top-10 precision {t.get('model/truth/top10_precision', float('nan')):.2f}; "
             f"mR@50 of the stated relations {t.get('model/syn_nogc/mR@50', float('nan')):.2f} "
             f"(frequency baseline {t.get('baseline/syn_nogc/mR@50', float('nan')):.2f})")
-    say(f"  checkpoint: {res.checkpoint}")
+    say(f"  checkpoint: {res.checkpoint} (linked as {link})")
     say(f"  full test report: {run_dir / 'test_report.txt'}; progress: {progress}")
     return res.checkpoint
 
@@ -184,19 +192,11 @@ def stage_evaluate() -> None:
     from relate.config import load_config
     from relate.data.corpus import read_corpus
 
-    prepare_synthetic(RUN / "synthetic", RUN / "prepared")  # = python -m eval_jobs.prepare synthetic
-    bench = RUN / "prepared" / "synthetic"
-    train_file = RUN / "ovsgg_train_corpus.parquet"
-    pq.write_table(read_corpus(RUN / "annotated", "train"), train_file)
-    cfg = load_config(OVSGGConfig, ROOT / "eval_jobs/configs/ovsgg_synthetic.yaml",
-                      [f"out_dir={RUN / 'ovsgg'}", f"inference.checkpoint={_checkpoint()}"])
-    for b in cfg.benchmarks:
-        b.path = str(bench / Path(b.path).name)
-        if b.detections:
-            b.detections = str(bench / Path(b.detections).parent.name / Path(b.detections).name)
-    for s in cfg.systems:
-        s.train_corpus = str(train_file)
-    result = main(cfg)
+    # = python -m eval_jobs.prepare synthetic --root runs/demo/synthetic --out runs/demo/prepared: the files
+    # ovsgg_synthetic.yaml reads, as it reads the training split below and the checkpoint LATEST names
+    prepare_synthetic(RUN / "synthetic", RUN / "prepared")
+    pq.write_table(read_corpus(RUN / "annotated", "train"), RUN / "ovsgg_train_corpus.parquet")
+    result = main(load_config(OVSGGConfig, ROOT / "eval_jobs/configs/ovsgg_synthetic.yaml", [f"out_dir={RUN / 'ovsgg'}"]))
     for name, sysres in result["systems"].items():
         comp = sysres.get("composite") or {}
         ovs, weak = comp.get("ovs"), comp.get("weakest_axis")
@@ -235,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", choices=STAGES, default=list(STAGES), help="stages to run")
     ap.add_argument("--verbose", action="store_true", help="show every stage's full output instead of logging it")
     args = ap.parse_args(argv)
+    os.chdir(ROOT)  # the shipped configs' relative paths (runs/demo/...) are the repository's, wherever this starts
 
     with captured(LOGS / "ray.log", args.verbose):
         import ray

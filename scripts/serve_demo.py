@@ -1,10 +1,11 @@
 """Serve a relation checkpoint locally and query it once over HTTP (the main job's serving step).
 
 Starts Ray Serve on 127.0.0.1 with ``serve_apps/configs/local.yaml``'s application settings
-(the given checkpoint replaces the random weights), sends one ``POST /v1/relations`` with
+(the given checkpoint, or the newest one under runs/), sends one ``POST /v1/relations`` with
 ``httpx`` for a synthetic scene (its true boxes as regions), prints the returned graph, asks
 ``/v1/render`` for the PNG and saves it. A calibrated checkpoint (training installs its Platt map)
-is also asked for every triplet at or above a calibrated score of 0.5.
+is also asked for every triplet at or above a calibrated score of 0.5. The scene and its boxes are
+saved beside the graph (``scene.png``, ``boxes.json``) as ``relate predict --boxes`` reads them.
 
     python scripts/serve_demo.py [--checkpoint DIR] [--out runs/demo/serve] [--scene 0] [--port 8000]
 """
@@ -33,7 +34,6 @@ def _local_args(checkpoint: str | None, port: int) -> dict:
     args = doc["applications"][0]["args"]
     args["http"]["port"] = port
     if checkpoint is not None:
-        args["relation"].pop("random", None)
         args["relation"]["checkpoint"] = str(checkpoint)
     return args
 
@@ -109,13 +109,15 @@ def run(checkpoint: str | None = None, out_dir: str | Path = "runs/demo/serve", 
     out.mkdir(parents=True, exist_ok=True)
     (out / "graph.png").write_bytes(png.content)
     (out / "graph.json").write_text(json.dumps(result, indent=1))
+    (out / "scene.png").write_bytes(buf.getvalue())
+    (out / "boxes.json").write_text(json.dumps({"scene.png": boxes}, indent=1))
     print(f"rendered graph: {out / 'graph.png'}")
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--checkpoint", default=None, help="checkpoint folder (default: random weights from local.yaml)")
+    ap.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the newest under runs/, as local.yaml)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "demo" / "serve"), help="folder for graph.png / graph.json")
     ap.add_argument("--scene", type=int, default=0, help="synthetic scene index to query")
     ap.add_argument("--port", type=int, default=8000, help="preferred port on 127.0.0.1")

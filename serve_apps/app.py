@@ -15,6 +15,7 @@ verdicts with the corruption control), ``/v1/render`` (PNG); ``/healthz``, ``/re
 # no "from __future__ import annotations": Serve rebuilds these signatures and needs real types
 
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -43,6 +44,8 @@ from serve_apps.schemas import (ErrorBody, GraphParams, GraphRequest, GraphRespo
                                 RelationsResponse, RenderParams, RenderRequest)
 
 __all__ = ["build_app", "api", "IngressDeployment"]
+
+_LOG = logging.getLogger("ray.serve")
 
 api = FastAPI(title="relate: open-vocabulary visual relations", version="1.0.0",
               description="Score (subject, predicate, object) triplets between image regions against any "
@@ -403,6 +406,8 @@ def build_app(cfg: ServeAppConfig | dict[str, Any] | None = None):
 
     cfg = ServeAppConfig.model_validate(cfg or {}) if not isinstance(cfg, ServeAppConfig) else cfg
     S.resolve_token(cfg.security)  # a missing token variable fails here, not on the first request
+    cfg = cfg.model_copy(update={"relation": cfg.relation.resolved()})  # 'latest': one folder for every replica
+    _LOG.info("relation model: %s", cfg.relation.weights_label())
     relation = RelationModelDeployment.options(**cfg.relation.deployment.serve_options()).bind(cfg.relation)
     detector = (None if cfg.detector is None else
                 DetectorDeployment.options(**cfg.detector.deployment.serve_options()).bind(cfg.detector))

@@ -7,6 +7,7 @@ starts. Resource settings live next to the model they size (``deployment`` in ea
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
@@ -19,7 +20,7 @@ from relate.placement import ResourcesConfig, serve_actor_options
 from serve_apps.auth import is_loopback
 
 __all__ = ["AutoscalingOptions", "DeploymentOptions", "HttpSettings", "SecuritySettings", "RandomModelSettings",
-           "RelationSettings", "DetectorSettings", "JudgeSettings", "ServeAppConfig"]
+           "LATEST", "RelationSettings", "DetectorSettings", "JudgeSettings", "ServeAppConfig"]
 
 
 
@@ -172,11 +173,18 @@ class RandomModelSettings(StrictConfig):
     seed: int = Field(0, description="torch seed, so every replica builds identical weights")
 
 
+LATEST = "latest"  # RelationSettings.checkpoint: the newest trained checkpoint under latest_root
+
+
 class RelationSettings(StrictConfig):
     """The relation model deployment."""
 
-    checkpoint: str | None = Field(None, description="checkpoint folder written by train_jobs.train_relation")
-    random: RandomModelSettings | None = Field(None, description="random weights when no checkpoint is given")
+    checkpoint: str | None = Field(None, description="checkpoint folder written by train_jobs.train_relation, or "
+                                   f"{LATEST!r}: the newest checkpoint under latest_root, chosen when the app is built")
+    latest_root: str = Field("runs", description=f"where checkpoint {LATEST!r} looks (relative to the directory "
+                             "'serve run' starts in)")
+    random: RandomModelSettings | None = Field(None, description="random weights, only when asked for here by name "
+                                               "(scores are meaningless; serve_apps/configs/local_random.yaml)")
     banks: dict[str, list[str]] = Field(default_factory=dict, description="named vocabularies a request may select "
                                         "by name ('default' is always the checkpoint's own bank)")
     bank_cache_size: int = Field(16, ge=1, description="per-request vocabularies kept embedded, by content hash (LRU)")
@@ -207,6 +215,28 @@ class RelationSettings(StrictConfig):
         if "default" in self.banks:
             raise ValueError("bank name 'default' is reserved for the checkpoint's own vocabulary")
         return self
+
+    def resolved(self) -> "RelationSettings":
+        """These settings with checkpoint ``latest`` replaced by the newest checkpoint folder under
+        ``latest_root`` (an absolute path, so every replica loads the same one); refused in one line
+        that says how to make a checkpoint, or to ask for random weights, when there is none."""
+        if self.checkpoint != LATEST:
+            return self
+        from relate.checkpoint import find_latest_checkpoint
+
+        root = Path(self.latest_root).resolve()
+        found = find_latest_checkpoint(root) if root.is_dir() else None
+        if found is None:
+            raise ValueError(f"relation.checkpoint is {LATEST!r} but {root} holds no trained checkpoint: make one with "
+                             "`make demo` (or python -m train_jobs.train_relation), or serve random weights by name "
+                             "with `serve run serve_apps/configs/local_random.yaml`")
+        return self.model_copy(update={"checkpoint": str(found)})
+
+    def weights_label(self) -> str:
+        """What this deployment serves, in words for its start-up log line."""
+        if self.checkpoint is not None:
+            return f"checkpoint {self.checkpoint}"
+        return f"random weights (seed {self.random.seed}, as relation.random asks; scores are meaningless)"
 
 
 class DetectorSettings(StrictConfig):

@@ -43,7 +43,8 @@ from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, load_config
 from relate.storage import Location, LocationValue
-from relate.data.corpus import SPLITS
+from relate.data.corpus import SPLITS, require_corpus
+from relate.job_inputs import one_line_errors, require_checkpoint
 from relate.metrics.calibration import (Calibration, expected_calibration_error, fit_platt, platt_out_of_fold,
                                         reliability_bins)
 
@@ -284,8 +285,11 @@ def main(cfg: CalibrateConfig) -> CalibrateResult:
     if is_uri(cfg.checkpoint):
         return _calibrate_copy(cfg)
     ckpt = Path(cfg.checkpoint)
+    require_checkpoint(ckpt, "checkpoint (--checkpoint)")
     if not ckpt.is_dir():
         raise FileNotFoundError(f"checkpoint={cfg.checkpoint!r} is not a folder")
+    if cfg.on in SPLITS:
+        require_corpus(cfg.corpus_root, f"corpus to fit on (--corpus-root, split {cfg.on})", splits=[cfg.on])
     out = Path(cfg.out_dir) if cfg.out_dir else ckpt / "calibration"
     res, problem = _fit(cfg, ckpt, str(ckpt.resolve()), out, lambda cal: write_calibration(ckpt, cal))
     if problem is not None:
@@ -399,6 +403,7 @@ def _cli(argv: list[str] | None = None) -> CalibrateResult:
     ap.add_argument("--config", default=None, help="YAML file over the defaults")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override, e.g. --set targets=hard (repeatable)")
+    one_line_errors("train_jobs.calibrate")
     args = ap.parse_args(argv)
     flags = {"checkpoint": args.checkpoint, "on": args.on, "corpus_root": args.corpus_root, "out_dir": args.out,
              "limit": args.limit}

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from relate.config import parse_job_args
 from relate.jobinfo import run_name
+from relate.data.corpus import require_corpus
+from relate.job_inputs import MAKE_WORLD, require_path
 from relate.placement import scaling_config_kwargs
 from relate.storage import is_uri, join, redact, resolve, uri_for
 from train_jobs import run_files
@@ -169,11 +171,27 @@ def build_trainer(cfg: TrainRelationConfig):
         run_config=run_config, datasets={"train": stream})
 
 
+def _absolute_data_paths(cfg: TrainRelationConfig) -> TrainRelationConfig:
+    """The data folders as absolute paths: Ray Train runs its workers and controller in folders of
+    their own, where a path relative to the directory the job started in names nothing."""
+    def absolute(path: str | None) -> str | None:
+        return path if path is None or is_uri(path) or Path(path).is_absolute() else str(Path(path).resolve())
+
+    update = {"corpus_root": absolute(cfg.data.corpus_root), "truth_root": absolute(cfg.data.truth_root)}
+    if cfg.data.cooccurrence not in ("estimate", "off"):
+        update["cooccurrence"] = absolute(cfg.data.cooccurrence)
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update=update)})
+
+
 def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     """Train, then (optionally) evaluate the final checkpoint and the frequency baseline on test."""
     import ray
     from pyarrow import fs as pafs
 
+    require_corpus(cfg.data.corpus_root, "training corpus (data.corpus_root)", splits=["train"])
+    if cfg.data.truth_root is not None:
+        require_path(cfg.data.truth_root, "synthetic world (data.truth_root)", MAKE_WORLD)
+    cfg = _absolute_data_paths(cfg)
     state = plan_run(cfg)
     cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"name": state.name, "unique_name": False})})
     if not ray.is_initialized():

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from relate.job_inputs import MAKE_CORPUS, MissingInputError, is_remote
 from relate.schema import CORPUS_SCHEMA, SchemaError, to_table, validate_corpus
 
-__all__ = ["read_corpus", "corpus_dir", "SPLITS"]
+__all__ = ["read_corpus", "corpus_dir", "require_corpus", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 
@@ -20,6 +22,17 @@ def corpus_dir(root: str | Path) -> Path:
     return root / "corpus" if (root / "corpus").is_dir() else root
 
 
+def require_corpus(root: str | Path, what: str, make: str = MAKE_CORPUS, splits: Sequence[str] | None = None) -> None:
+    """A job's corpus input must hold Parquet shards of at least one of ``splits`` (any split when
+    None), else :class:`relate.job_inputs.MissingInputError` names it and ``make`` (``{path}``: root)."""
+    if is_remote(root):
+        return
+    base = corpus_dir(root)
+    if not any(next((base / s).glob("*.parquet"), None) for s in (splits or SPLITS)):
+        where = f"{root} (splits {list(splits)})" if splits else str(root)
+        raise MissingInputError(what, where, make.replace("{path}", str(root)))
+
+
 def read_corpus(root: str | Path, split: str | None = None, *, validate: bool = True) -> pa.Table:
     """All shards of one split (or of every split), sorted by ``image_id`` for reproducibility."""
     base = corpus_dir(root)
@@ -28,7 +41,8 @@ def read_corpus(root: str | Path, split: str | None = None, *, validate: bool = 
         raise ValueError(f"unknown split {split!r}; valid: {list(SPLITS)}")
     files = sorted(f for s in splits for f in (base / s).glob("*.parquet"))
     if not files:
-        raise FileNotFoundError(f"no Parquet shards for split {split or 'any'} under {base}")
+        raise MissingInputError(f"corpus (Parquet shards of split {split or 'any'})", base,
+                                MAKE_CORPUS.replace("{path}", str(root)))
     tables = []
     for f in files:
         try:

@@ -15,6 +15,7 @@ as Serve metrics (``serve_apps.metrics``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -29,6 +30,8 @@ from serve_apps.config import RelationSettings
 from serve_apps.metrics import replica_metrics
 
 __all__ = ["RelationModelDeployment", "load_predictor", "vocabulary_key", "BankCache"]
+
+_LOG = logging.getLogger("ray.serve")
 
 
 def load_predictor(settings: RelationSettings):
@@ -101,7 +104,9 @@ class RelationModelDeployment:
 
     def __init__(self, settings: RelationSettings | dict[str, Any]) -> None:
         bound_malloc_retention()  # images and masks leave with their batch (serve_apps/allocator.py)
-        self.settings = RelationSettings.model_validate(settings) if isinstance(settings, dict) else settings
+        settings = RelationSettings.model_validate(settings) if isinstance(settings, dict) else settings
+        self.settings = settings.resolved()  # build_app resolved 'latest' already; a bare deployment may not have
+        _LOG.info("relation model serves %s", self.settings.weights_label())
         if self.settings.torch_threads:
             import torch
 

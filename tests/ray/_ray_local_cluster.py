@@ -1,7 +1,8 @@
 """A real multi-node Ray cluster on one machine, for tests: `ray start --head` plus worker nodes
 started with `ray start --address`, each node its own raylet in its own process group.
 
-Not a test module. Used by test_job_api.py and test_multinode.py. Every node runs
+Not a test module. Used by test_job_api.py, test_multinode.py, test_cluster_token_auth.py and
+test_readme_run.py. Every node runs
 ``ray start --block`` in a new session, so stopping a node means killing exactly that process
 group (what losing a machine looks like to Ray) and nothing else on the host; ``close()`` tears
 every node down and is safe to call twice.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -253,6 +255,44 @@ class LocalCluster:
             if str(self.root) in cmd:
                 out.append(int(proc.name))
         return out
+
+
+@dataclass
+class TokenHead(LocalCluster):
+    """A head in token mode, as cluster/aws.yaml and gcp.yaml start theirs: ``RAY_AUTH_MODE=token``
+    with ``RAY_AUTH_TOKEN_PATH`` naming a token file (``token_file``, mode 0600). Its readiness check
+    asks the dashboard directly, with the token: Ray's state client sends a token only when its own
+    process is in token mode."""
+
+    token: str = field(default_factory=lambda: secrets.token_hex(32))  # as `ray get-auth-token --generate`
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.token_file = self.root / "ray_auth_token"
+        self.token_file.write_text(self.token + "\n")  # Ray strips the newline `echo` or an editor leaves
+        self.token_file.chmod(0o600)
+        self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token_file))
+        self.env.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the file
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+    def wait_for_nodes(self, timeout: float = 120.0) -> None:
+        import requests
+
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_processes()
+            try:
+                r = requests.get(f"{self.dashboard_url}/api/v0/nodes", headers=self.headers(), timeout=10)
+                nodes = r.json()["data"]["result"]["result"] if r.ok else []
+                if any(n["is_head_node"] and n["state"] == "ALIVE" for n in nodes):
+                    return
+            except (requests.RequestException, ValueError, KeyError):
+                pass  # the dashboard is still coming up
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"token-mode head not alive after {timeout:.0f} s; logs in {self.root}")
+            time.sleep(0.5)
 
 
 @contextmanager

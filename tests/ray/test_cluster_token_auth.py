@@ -14,67 +14,32 @@ that says what was missing when it cannot.
 
 from __future__ import annotations
 
-import secrets
 import shlex
 import sys
-import time
 import uuid
-from dataclasses import dataclass
 
 import pytest
 import requests
 
-from _ray_local_cluster import LocalCluster, wait_job
+from _ray_local_cluster import TokenHead, wait_job
 
 pytestmark = pytest.mark.slow  # ~25 s of it is `ray start --head` on a loaded 2-core host
 
-START_TIMEOUT_S = 120  # `ray start` on a loaded 2-core host
 JOB_TIMEOUT_S = 90
 HTTP_TIMEOUT_S = 10
 
 
-@dataclass
-class _TokenHead(LocalCluster):
-    """A head in token mode. Its readiness check asks the dashboard directly, with the token:
-    Ray's state client sends a token only when its own process is in token mode."""
-
-    token: str = ""
-
-    def headers(self, token: str | None = None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {token or self.token}"}
-
-    def wait_for_nodes(self, timeout: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            self._check_processes()
-            try:
-                r = requests.get(f"{self.dashboard_url}/api/v0/nodes", headers=self.headers(), timeout=HTTP_TIMEOUT_S)
-                nodes = r.json()["data"]["result"]["result"] if r.ok else []
-                if any(n["is_head_node"] and n["state"] == "ALIVE" for n in nodes):
-                    return
-            except (requests.RequestException, ValueError, KeyError):
-                pass  # the dashboard is still coming up
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"token-mode head not alive after {timeout:.0f} s; logs in {self.root}")
-            time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def head():
-    c = _TokenHead(head_cpus=0, dashboard=True, token=secrets.token_hex(32))  # as `ray get-auth-token --generate`
+    c = TokenHead(head_cpus=0, dashboard=True)
     try:
-        token_file = c.root / "ray_auth_token"
-        token_file.write_text(c.token + "\n")  # Ray strips the newline `echo` or an editor leaves
-        token_file.chmod(0o600)
-        c.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
-        c.env.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the file
-        c.start_head()  # returns once wait_for_nodes (below, with the token) sees the head alive
+        c.start_head()  # returns once wait_for_nodes, with the token, sees the head alive
         yield c
     finally:
         c.close()
 
 
-def _client(head: _TokenHead, token: str | None = None):
+def _client(head: TokenHead, token: str | None = None):
     from ray.job_submission import JobSubmissionClient
 
     return JobSubmissionClient(head.dashboard_url, headers=head.headers(token))

@@ -156,6 +156,9 @@ def test_glob_single_file_and_bad_boxes_are_per_file_errors(world, tmp_path):
 def test_command_line_errors_exit_2(world, tmp_path):
     root, ck = world
     res = _run(str(root / "images"), "--checkpoint", str(tmp_path / "no_ck"), "--boxes", str(root / "boxes.json"))
+    assert res.returncode == 2 and f"not found at {tmp_path / 'no_ck'};" in res.stderr and "make it with: make demo" in res.stderr
+    (tmp_path / "empty_ck").mkdir()
+    res = _run(str(root / "images"), "--checkpoint", str(tmp_path / "empty_ck"), "--boxes", str(root / "boxes.json"))
     assert res.returncode == 2 and "not a relation checkpoint" in res.stderr
 
 

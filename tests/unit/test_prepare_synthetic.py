@@ -22,9 +22,9 @@ CONFIG = Path(__file__).resolve().parents[2] / "eval_jobs" / "configs" / "ovsgg_
 def test_synthetic_suite_is_what_the_shipped_config_reads(tmp_path, monkeypatch):
     world = write_corpus(tmp_path / "world", SyntheticConfig(seed=1, num_scenes=12, min_size=96, max_size=128),
                          split=lambda i: "test" if i % 2 else "train")
-    cfg, text = parse_args(["synthetic", "--root", str(world), "--out", str(tmp_path / "runs" / "prepared")])
+    cfg, text = parse_args(["synthetic", "--root", str(world), "--out", str(tmp_path / "runs" / "demo" / "prepared")])
     assert cfg is None and text is None
-    suite = tmp_path / "runs" / "prepared" / "synthetic"
+    suite = tmp_path / "runs" / "demo" / "prepared" / "synthetic"
     manifest = json.loads((suite / "manifest.json").read_text())
     assert set(manifest["benchmarks"]) == {"vg150", "psg", "haystack", "spatialsense", "psg_det"}
     some = "psg_det/detections.parquet"

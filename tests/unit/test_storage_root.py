@@ -119,12 +119,11 @@ def test_every_submitted_job_lands_under_the_root(submitted, monkeypatch):
     ann = load_config(AnnotateConfig, REPO / "pipelines/configs/annotate_synthetic.yaml")
     ev = load_config(OVSGGConfig, REPO / "eval_jobs/configs/ovsgg_synthetic.yaml")
     assert syn.out_dir == f"{root}/runs/synthetic"
-    assert (ann.input_dir, ann.out_dir) == (f"{root}/runs/synthetic", f"{root}/runs/annotated")
+    assert (ann.input_dir, ann.out_dir) == (f"{root}/runs/demo/synthetic", f"{root}/runs/annotated")
     assert ev.out_dir == f"{root}/runs/ovsgg_synthetic" and ev.inference.checkpoint.startswith(root + "/")
     paths = [b.path for b in ev.benchmarks] + [b.detections for b in ev.benchmarks if b.detections]
     paths += [s.train_corpus for s in ev.systems if s.train_corpus]
-    assert paths and all(p.startswith(f"{root}/runs/prepared/synthetic/") or p.startswith(f"{root}/runs/demo/")
-                         for p in paths), paths
+    assert paths and all(p.startswith(f"{root}/runs/demo/") for p in paths), paths
     monkeypatch.delenv("RELATE_ROOT")
     for cls, path in [(SyntheticJobConfig, None), (AnnotateConfig, "pipelines/configs/annotate_synthetic.yaml"),
                       (OVSGGConfig, "eval_jobs/configs/ovsgg_synthetic.yaml")]:
