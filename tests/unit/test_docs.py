@@ -119,3 +119,30 @@ def test_performance_page_names_every_benchmark(site: Path) -> None:
 def test_cluster_page_includes_the_cluster_readme(site: Path) -> None:
     first = (REPO / "cluster" / "README.md").read_text().splitlines()[0].lstrip("# ").strip()
     assert first in _text(site / "cluster" / "index.html")
+
+
+def test_results_blocks_are_rendered_from_their_files(site: Path) -> None:
+    """Each page's figure sentences and tables are on the built site as docs/results/*.json renders
+    them (scripts/docs_results.py), and the results log is a page of its own."""
+    from scripts.results_render import BLOCK, render
+
+    def plain(text: str) -> str:  # markdown or a page's text, compared without marks and spacing
+        return re.sub(r"[`*\s]", "", text)
+
+    checked = 0
+    for md in sorted((REPO / "docs").rglob("*.md")):
+        rel = md.relative_to(REPO / "docs").with_suffix("")
+        page = site / (rel.parent if rel.name == "index" else rel) / "index.html"
+        for m in BLOCK.finditer(md.read_text()):
+            text = render(m.group("name"), m.group("view"))
+            last = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("```")][-1]
+            if m.group("view").startswith("sentence."):
+                want = plain(text)
+            elif last.startswith("|"):  # a table's last row, as its cells read on the page
+                want = plain(" ".join(c.strip() for c in last.strip().strip("|").split("|") if c.strip()))
+            else:
+                want = plain(last)
+            assert want in plain(_text(page)), f"{rel}: {m.group('name')} {m.group('view')} is not on the built page"
+            checked += 1
+    assert checked >= 20, checked
+    assert "Results log" in _text(site / "results-log" / "index.html")
