@@ -27,7 +27,8 @@ from relate.config import StrictConfig
 from relate.gate_canonical import CanonicalMap, KINDS, default_map, normalise_predicate
 from relate.schema import GATE_OUTCOMES, PASSES
 
-__all__ = ["GateConfig", "BoxTable", "Candidates", "GateResult", "RULES", "gate_relations",
+__all__ = ["GateConfig", "BoxTable", "Candidates", "GateResult", "RULES", "gate_relations", "CONDITIONS",
+           "condition_columns", "pair_conditions",
            "image_keys", "SPATIAL_PASSES", "TopUpConfig", "topup_candidates", "balance_relations"]
 
 RULES = ("bad_index", "self_loop", "person_duplicate", "body_part_spatial", "not_layout",
@@ -185,9 +186,7 @@ def _algorithm1(bt: BoxTable, c: Candidates, cid: np.ndarray, rev: np.ndarray, c
     # every ratio test is cross-multiplied, so a pair exactly at a threshold gets Algorithm 1's
     # verdict (an epsilon in a denominator used to flip IoU = 0.7, 50% and 60% the wrong way)
     union = a_s + a_o - inter
-    gx, gy = G._axis_gaps(bs, bo)
-    gap2 = np.clip(gx, 0, None) ** 2 + np.clip(gy, 0, None) ** 2
-    touching = gap2 <= cfg.touch_tol_px ** 2
+    touching = _meet(bs, bo, cfg)
     _fire(rule, ps & po & (union > 0) & (inter >= cfg.person_iou * union), "person_duplicate")  # line 1
     spatial = np.isin(c.pass_, [_PASS[p] for p in SPATIAL_PASSES])
     # lines 2-13: spatial pass
@@ -197,15 +196,12 @@ def _algorithm1(bt: BoxTable, c: Candidates, cid: np.ndarray, rev: np.ndarray, c
     # containment: |b_s ∩ b_o| >= 0.5 |b_s|, reading "contains" with the roles reversed
     inner = np.where(rev, a_o, a_s)
     is_cont = kind == _KIND["containment"]
-    _fire(rule, spatial & is_cont & ((inner <= 0) | (inter < cfg.containment_min * inner)), "containment_no_overlap")
-    diag2 = np.maximum(G.widths(bs) ** 2 + G.heights(bs) ** 2, G.widths(bo) ** 2 + G.heights(bo) ** 2)
-    far = gap2 > cfg.proximity_gap ** 2 * diag2  # line 10, squared: no square-root rounding at the threshold
+    _fire(rule, spatial & is_cont & ~_within(inter, inner, cfg), "containment_no_overlap")
     is_prox = kind == _KIND["proximity"]
-    _fire(rule, spatial & is_prox & ~touching & far, "proximity_far")
+    _fire(rule, spatial & is_prox & ~_close(bs, bo, cfg), "proximity_far")
     axis = np.where(known, cm.axis[k], 0)
     sign = np.where(known, cm.sign[k], 0).astype(np.float64)
-    cs, co = G.centres(bs), G.centres(bo)
-    d = np.where(axis == 1, cs[:, 0] - co[:, 0], cs[:, 1] - co[:, 1])
+    d = _centre_offset(bs, bo, axis)
     contradicts = spatial & (axis > 0) & (d * sign < 0)
     repairable = contradicts & known & cm.has_inverse[k]
     _fire(rule, contradicts & ~repairable, "direction_unrepairable")
@@ -222,6 +218,78 @@ def _algorithm1(bt: BoxTable, c: Candidates, cid: np.ndarray, rev: np.ndarray, c
     geo = contact | is_cont | is_prox | (axis > 0)
     checked = (ps & po) | (spatial & (ks | ko | ~(known & cm.layout[k]) | geo)) | (sem & (ks | ko | needs_overlap))
     return rule, swap, checked
+
+
+# -- the geometry Algorithm 1 checks, one home for the gate and for the labels it implies -----------
+def _meet(bs: np.ndarray, bo: np.ndarray, cfg: GateConfig) -> np.ndarray:
+    """Boxes touch or overlap (a gap of at most touch_tol_px): what a contact relation needs (lines 5, 18)."""
+    gx, gy = G._axis_gaps(bs, bo)
+    return np.clip(gx, 0, None) ** 2 + np.clip(gy, 0, None) ** 2 <= cfg.touch_tol_px ** 2
+
+
+def _within(inter: np.ndarray, inner: np.ndarray, cfg: GateConfig) -> np.ndarray:
+    """At least containment_min of the inner box lies in the other (line 8)."""
+    return (inner > 0) & (inter >= cfg.containment_min * inner)
+
+
+def _close(bs: np.ndarray, bo: np.ndarray, cfg: GateConfig) -> np.ndarray:
+    """Touching, or a gap of at most proximity_gap times the larger diagonal (line 10, squared: no
+    square-root rounding at the threshold)."""
+    gx, gy = G._axis_gaps(bs, bo)
+    gap2 = np.clip(gx, 0, None) ** 2 + np.clip(gy, 0, None) ** 2
+    diag2 = np.maximum(G.widths(bs) ** 2 + G.heights(bs) ** 2, G.widths(bo) ** 2 + G.heights(bo) ** 2)
+    return (gap2 <= cfg.touch_tol_px ** 2) | (gap2 <= cfg.proximity_gap ** 2 * diag2)
+
+
+def _centre_offset(bs: np.ndarray, bo: np.ndarray, axis: np.ndarray | int) -> np.ndarray:
+    """Subject centre minus object centre along ``axis`` (1: x, 2: y; line 11)."""
+    cs, co = G.centres(bs), G.centres(bo)
+    return np.where(np.asarray(axis) == 1, cs[..., 0] - co[..., 0], cs[..., 1] - co[..., 1])
+
+
+# What the boxes alone rule out, for every ordered pair: the conditions a gated relation needs. A
+# relation whose condition fails on a pair is rejected by Algorithm 1 whoever states it, so "A rejection
+# is then a true negative up to box-annotation error" (seed 001, App. C.2) holds of every pair, stated or
+# not: these are labels the boxes give, the only negatives an unstated cell can be sure of.
+CONDITIONS = ("meet", "subject_within", "object_within", "close", "subject_left", "subject_right",
+              "subject_above", "subject_below")
+
+
+def condition_columns(predicates: Sequence[str], cmap: CanonicalMap | None = None) -> np.ndarray:
+    """(V, len(CONDITIONS)) bool: which conditions each string's relation needs, from its canonical
+    form (contact: the boxes meet; containment: they meet and the inner one lies within; proximity:
+    close; left/right/above/below and "on top of": the centres in that order). An ungated string
+    needs none."""
+    cm = cmap or default_map()
+    col = {c: i for i, c in enumerate(CONDITIONS)}
+    out = np.zeros((len(predicates), len(CONDITIONS)), bool)
+    for v, p in enumerate(predicates):
+        cid, rev = cm.lookup(p)
+        if cid < 0:
+            continue
+        kind = KINDS[cm.kind[cid]]
+        if cm.contact[cid] or kind == "containment":
+            out[v, col["meet"]] = True
+        if kind == "containment":
+            out[v, col["object_within" if rev else "subject_within"]] = True
+        if kind == "proximity":
+            out[v, col["close"]] = True
+        if cm.axis[cid]:
+            side = {(1, -1): "subject_left", (1, 1): "subject_right", (2, -1): "subject_above", (2, 1): "subject_below"}
+            out[v, col[side[(int(cm.axis[cid]), int(cm.sign[cid]))]]] = True
+    return out
+
+
+def pair_conditions(boxes: np.ndarray, cfg: GateConfig | None = None) -> np.ndarray:
+    """(n, n, len(CONDITIONS)) bool: which conditions hold for each ordered pair (subject row, object
+    column) of ``boxes`` (n, 4), by the same tests Algorithm 1 runs."""
+    cfg = cfg or GateConfig()
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    bs, bo = np.broadcast_arrays(b[:, None], b[None])
+    inter = G.intersection_area(bs, bo)
+    dx, dy = _centre_offset(bs, bo, 1), _centre_offset(bs, bo, 2)
+    return np.stack([_meet(bs, bo, cfg), _within(inter, G.area(bs), cfg), _within(inter, G.area(bo), cfg),
+                     _close(bs, bo, cfg), dx <= 0, dx >= 0, dy <= 0, dy >= 0], axis=-1)
 
 
 def _balance(bt: BoxTable, c: Candidates, s: np.ndarray, o: np.ndarray, cid: np.ndarray,

@@ -19,7 +19,7 @@ from relate.config import StrictConfig
 
 __all__ = ["LossConfig", "infonce_loss", "pu_negative_logweights", "sigmoid_aux_loss", "swap_hinge_loss",
            "background_loss", "grounding_loss", "geometry_bce_loss", "focal_loss", "relatedness_weights",
-           "fit_synonym_weighting", "PredicateSpace", "force_mask",
+           "fit_synonym_weighting", "PredicateSpace", "force_mask", "gate_negative_loss",
            "relation_objective"]
 
 _EPS = 1e-6
@@ -48,6 +48,11 @@ class LossConfig(StrictConfig):
                                                 "(P from data.cooccurrence; all zero when it is off)")
     source_negatives: bool = Field(True, description="App. B.1: a negative must be a predicate the row's source could "
                                                      "have annotated (scopes from data.source_scopes; no scopes: no-op)")
+    gate_negatives: float = Field(0.0, ge=0, description="weight of the gate's negatives: on every sampled pair, "
+                                  "the predicates its boxes rule out (a contact relation on boxes that do not meet, "
+                                  "'near' far apart, 'left of' from the right; relate.gate.pair_conditions), pushed "
+                                  "down by a sigmoid loss whether or not the pair is annotated. Seed 001, App. C.2: a "
+                                  "rejection is a true negative up to box-annotation error")
     negatives_scope: Literal["all", "family"] = Field(
         "all", description="which unstated predicates of an annotated pair are its negatives: 'all' of them (§ 3.3), "
                            "or only those of the families its annotations come from ('family'): an annotator asked for "
@@ -189,6 +194,7 @@ class PredicateSpace:
     pair_rate: torch.Tensor  # (C, C) annotation rate of each ordered category pair
     scope: torch.Tensor | None = None  # (S, Va) bool: what source s can annotate; row 0 = unscoped (all)
     family: torch.Tensor | None = None  # (Va,) long family id of each string (loss.negatives_scope: family)
+    conditions: torch.Tensor | None = None  # (Va, C) bool: the gate's conditions each string needs (relate.gate)
 
     def to(self, device) -> "PredicateSpace":
         return PredicateSpace(*(None if getattr(self, f) is None else getattr(self, f).to(device)
@@ -215,9 +221,28 @@ def force_mask(rels: torch.Tensor, n: int) -> torch.Tensor:
     return out
 
 
+def gate_negative_loss(logits: torch.Tensor, holds: torch.Tensor, needs: torch.Tensor,
+                       known: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean sigmoid loss, label 0, over the cells whose relation needs a condition that fails on its pair.
+
+    ``logits`` (B, P, V); ``holds`` (B, P, C) bool: which conditions hold on each pair; ``needs``
+    (V, C) bool: which each column's relation needs; ``known`` (B, P, V) bool: cells stated true,
+    never pushed down. Zero when no cell is ruled out."""
+    gated = torch.nonzero(needs.any(1)).squeeze(1)
+    if gated.numel() == 0:
+        return logits.sum() * 0
+    fails = (~holds).to(logits.dtype) @ needs[gated].to(logits.dtype).T > 0  # (B, P, G)
+    if known is not None:
+        fails = fails & ~known[..., gated]
+    if not fails.any():
+        return logits.sum() * 0
+    return F.softplus(logits[..., gated][fails]).mean()
+
+
 def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_valid: torch.Tensor,
                        space: PredicateSpace, cfg: LossConfig, generator: torch.Generator | None = None,
-                       sources: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                       sources: torch.Tensor | None = None, conditions: torch.Tensor | None = None
+                       ) -> dict[str, torch.Tensor]:
     """All terms for one batch. ``out`` is a RelationOutput computed with ``force=force_mask(...)``.
 
     Returns each weighted term and ``total``. Rows of the InfoNCE are annotations; other
@@ -297,6 +322,16 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     co = torch.gather(categories, 1, sp.rel_flat % n).clamp(min=0)
     w = relatedness_weights(rel_lab, space.pair_rate[cs, co], cfg.relatedness_floor) * sp.rel_valid
     terms["relatedness"] = focal_loss(sp.rel_logits, rel_lab, w, cfg.focal_gamma)
+    if cfg.gate_negatives > 0:  # the gate's geometry as labels on every sampled pair (App. C.2)
+        if conditions is None or space.conditions is None:
+            raise ValueError("loss.gate_negatives needs the batch's pair conditions and the space's (relate.gate)")
+        holds = torch.gather(conditions.to(rels.device).bool(), 1,
+                             sp.flat.clamp(min=0)[..., None].expand(-1, -1, conditions.shape[-1]))
+        known = torch.zeros_like(out.scores.logits, dtype=torch.bool)
+        known[b_p, pm[b_p, flat_p]] = pos_cells
+        logits_ok = out.scores.logits.masked_fill(~sp.valid[..., None], 0.0)
+        holds = holds | ~sp.valid[..., None]  # padding pairs rule nothing out
+        terms["gate_negatives"] = gate_negative_loss(logits_ok, holds, space.conditions[cols], known)
     weighted = {k: getattr(cfg, k) * v for k, v in terms.items()}
     weighted["total"] = sum(weighted.values())
     return weighted

@@ -226,9 +226,12 @@ def build_space(cfg: DataConfig, text_dim: int) -> dict:
     _, group = np.unique(k, return_inverse=True)
     t = torch.from_numpy
     _, family = np.unique(np.array(_families(keys), dtype=object), return_inverse=True)
+    from relate.gate import condition_columns
+
+    conditions = condition_columns(strings)
     space = PredicateSpace(t(group.astype(np.int64)), t(inverse), t(pdir), t(p_cond), t(syn),
                            torch.tensor(cols, dtype=torch.long), t(cat_bank), t(_pair_rate(train, categories)),
-                           t(scope), t(family.astype(np.int64)))
+                           t(scope), t(family.astype(np.int64)), t(conditions))
     return {"space": space, "bank": bank, "forms": strings, "categories": categories, "n_train": train.num_rows,
             "isotonic_synonym": iso, "sources": sources}
 
@@ -373,7 +376,8 @@ def epoch_order(rows: int, epochs: int, seed: int) -> np.ndarray:
 
 
 class DecodeStage:
-    """Ray Data stage: read, resize and photometrically jitter images; pad boxes and relations.
+    """Ray Data stage: read, resize and photometrically jitter images; pad boxes and relations; the
+    gate's geometric conditions of every ordered box pair (``relate.gate.pair_conditions``).
 
     Works on a pyarrow batch with columns uri, boxes, relations (and source), or, given ``rows`` (the
     row table, shared by every call), on a batch whose ``row`` column indexes it; returns fixed-shape
@@ -421,7 +425,10 @@ class DecodeStage:
         if self.rows is not None:
             batch = self.rows.take(batch.column("row"))
         rows = batch.to_pylist()
+        from relate.gate import CONDITIONS, pair_conditions
+
         out = {"image": np.zeros((len(rows), S, S, 3), np.uint8), "boxes": np.zeros((len(rows), n, 4), np.float32),
+               "conditions": np.zeros((len(rows), n * n, len(CONDITIONS)), bool),
                "box_valid": np.zeros((len(rows), n), bool), "categories": np.full((len(rows), n), -1, np.int64),
                "rels": np.full((len(rows), m, 3), -1, np.int64),
                "source": np.array([self.source_index.get(r.get("source"), 0) for r in rows], np.int64)}
@@ -433,6 +440,11 @@ class DecodeStage:
                 out["boxes"][k, i] = [b["x1"] * sx, b["y1"] * sy, b["x2"] * sx, b["y2"] * sy]
                 out["box_valid"][k, i] = True
                 out["categories"][k, i] = self.cat_index.get(b["category"], -1)
+            m_k = min(len(r["boxes"]), n)  # what the gate's geometry allows each ordered pair (relate.gate)
+            if m_k:
+                cond = np.zeros((n, n, len(CONDITIONS)), bool)
+                cond[:m_k, :m_k] = pair_conditions(out["boxes"][k, :m_k])
+                out["conditions"][k] = cond.reshape(n * n, -1)
             kept = [(x["subject"], x["object"], x["predicate"]) for x in r["relations"]
                     if x["subject"] < n and x["object"] < n and x["subject"] != x["object"]
                     and x["predicate"] in self.form_index]

@@ -15,7 +15,7 @@ import numpy as np
 from train_jobs.relation_data import DataConfig, _predicate_tables, concept_family, concept_key
 
 __all__ = ["evaluate_split", "baseline_metrics", "report_test", "truth_root", "truth_report", "truth_cells",
-           "score_truth_split", "format_report", "summary_lines"]
+           "score_truth_split", "truth_intervals", "format_report", "summary_lines"]
 
 
 def _recalls(gt, preds, mode: str, tag: str) -> dict[str, float]:
@@ -249,9 +249,30 @@ def _all_forms(cfg: DataConfig) -> list[str]:
     return sorted({r["predicate"] for rels in train.column("relations").to_pylist() for r in rels})
 
 
+def truth_intervals(checkpoints, world: str, split: str = "test", resamples: int = 1000,
+                    converse: bool | None = None) -> tuple[dict, str]:
+    """Several seeds' checkpoints scored on every image of a world's ``split`` against its full truth:
+    per figure the mean over seeds and its 95% interval over seeds and images
+    (``relate.metrics.truth_intervals``); (figures, a Markdown table)."""
+    from relate.api import load_model
+    from relate.metrics.truth_intervals import seed_image_intervals
+
+    kits = [score_truth_split(load_model(c, converse=converse), world, split)[1] for c in checkpoints]
+    ivs = seed_image_intervals(kits, resamples)
+    lines = [f"{split} split of {world}: all {kits[0].n_images} images, {len(kits)} checkpoint(s); mean over them "
+             f"[95% interval over checkpoints and images, {resamples} replicates]", "",
+             "| figure | mean [interval] | each checkpoint |", "|---|---:|---|"]
+    for k, v in ivs.items():
+        lines.append(f"| {k.replace('family/', '').removesuffix('_ap')} | {v.mean:.3f} [{v.low:.3f}, {v.high:.3f}] | "
+                     + ", ".join(f"{x:.3f}" for x in v.per_seed) + " |")
+    return {k: v.as_dict() for k, v in ivs.items()}, "\n".join(lines) + "\n"
+
+
 def _cli(argv=None) -> dict:
-    """``python -m train_jobs.relation_eval CHECKPOINT CORPUS_ROOT``: the test-split report of one
-    checkpoint folder (model, frequency baseline, vocabulary swap), as printed after training."""
+    """``python -m train_jobs.relation_eval CHECKPOINT [CHECKPOINT ...] CORPUS_ROOT``: the test-split
+    report of one checkpoint folder (model, frequency baseline, vocabulary swap), as printed after
+    training; against a synthetic world, the truth figures of every checkpoint given (the seeds of
+    one recipe) with intervals over seeds and images, on every image of ``--split``."""
     import argparse
     import json
     import typing
@@ -259,7 +280,7 @@ def _cli(argv=None) -> dict:
     from relate.api import load_model
 
     ap = argparse.ArgumentParser(description=_cli.__doc__)
-    ap.add_argument("checkpoint")
+    ap.add_argument("checkpoint", nargs="+", help="checkpoint folder(s): the seeds of one recipe")
     ap.add_argument("corpus_root")
     modes = typing.get_args(DataConfig.model_fields["predicates"].annotation)
     ap.add_argument("--predicates", default=modes[0], choices=modes,
@@ -268,15 +289,25 @@ def _cli(argv=None) -> dict:
     ap.add_argument("--truth", default=None, metavar="WORLD_ROOT",
                     help="synthetic world folder whose rules give the full truth (default: CORPUS_ROOT when it is one); "
                          "adds per-family AP and top-10 precision against it")
+    ap.add_argument("--split", default="test", help="split of the world the truth figures' intervals are scored on "
+                    "(all of its images; default test, the split figures are reported on; val for choices)")
+    ap.add_argument("--resamples", type=int, default=1000, help="bootstrap replicates of the intervals")
     ap.add_argument("--converse", default=None, choices=["on", "off"],
                     help="average each predicate logit with its converse statement's (relate.converse); default: "
                          "the checkpoint's model.converse_scoring")
     ap.add_argument("--out", default=None, help="also write the figures as JSON")
     args = ap.parse_args(argv)
     converse = None if args.converse is None else args.converse == "on"
-    out = report_test(load_model(args.checkpoint, converse=converse), DataConfig(corpus_root=args.corpus_root,
-                                                              predicates=args.predicates, truth_root=args.truth),
-                      verbose=True)
+    data = DataConfig(corpus_root=args.corpus_root, predicates=args.predicates, truth_root=args.truth)
+    out: dict = {}
+    if len(args.checkpoint) == 1:
+        out = report_test(load_model(args.checkpoint[0], converse=converse), data, verbose=True)
+    world = truth_root(data)
+    if world is not None:
+        out["intervals"], table = truth_intervals(args.checkpoint, world, args.split, args.resamples, converse)
+        print(table, flush=True)
+    elif len(args.checkpoint) > 1:
+        raise SystemExit("several checkpoints are compared on a synthetic world's truth: give --truth WORLD_ROOT")
     if args.out:
         from pathlib import Path
 

@@ -116,7 +116,8 @@ class TrainRunner:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
             out = self.model(images, boxes, valid, self.bank_t, force=force_mask(rels, valid.shape[1]))
             terms = relation_objective(out, rels, cats, valid, self.space, cfg.loss,
-                                       sources=batch["source"].to(self.device) if "source" in batch else None)
+                                       sources=batch["source"].to(self.device) if "source" in batch else None,
+                                       conditions=batch["conditions"].to(self.device) if "conditions" in batch else None)
         for g, base in zip(self.opt.param_groups, self.base_lrs):
             g["lr"] = base * self.lr_scale()
         self.opt.zero_grad(set_to_none=True)

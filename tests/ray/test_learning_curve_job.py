@@ -1,6 +1,7 @@
 """train_jobs.learning_curve end to end on a local Ray instance: two sources on the same images (the
-world's full truth and its stated relations), a tiny model, two scored checkpoints per run; then a
-rerun that trains nothing (the kept scores are reused)."""
+world's full truth and its stated relations), a tiny model, two checkpoints per run scored on the
+validation split, the final ones once on the whole test split with intervals; then a rerun that
+trains and scores nothing (the kept scores and report cells are reused)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ def test_curves_for_two_sources_and_kept_scores(ray_session, worlds, tmp_path, c
     assert sorted((r["source"], r["step"]) for r in rows) == [("annotated", 2), ("annotated", 4), ("truth", 2), ("truth", 4)]
     for r in rows:
         assert 0 <= r["truth/family/spatial_ap"] <= 1 and r["truth/images"] > 0 and r["seconds"] > 0
+        assert r["split"] == "val"
+    rep = res.summary["report"]
+    assert rep["split"] == "test" and rep["images"] == 8  # scenes 0, 4, ..., 28 of the 30: all of the split
+    for src in ("truth", "annotated"):
+        cell = rep["sources"][src]["top10_precision"]
+        assert 0 <= cell["lo"] <= cell["mean"] <= cell["hi"] <= 1 and len(cell["per_seed"]) == 1
+    assert "gap" in rep["sources"]["annotated"]["top10_precision"]
     assert res.summary["coverage"]["truth"]["spatial"]["covered"] == 1.0  # the full world states all of it
     assert res.summary["coverage"]["annotated"]["spatial"]["covered"] < 0.9
     out = Path(res.out_dir)
@@ -54,9 +62,11 @@ def test_curves_for_two_sources_and_kept_scores(ray_session, worlds, tmp_path, c
         assert (out / name).is_file(), name
     table = (out / "curves.md").read_text()
     assert "| truth | 4 |" in table and "| annotated | 4 |" in table and "truth stated" in table
+    assert "Report: test split, all 8 images" in table
     kept = json.loads((out / "scores" / "truth-seed0.json").read_text())
     assert len(kept["rows"]) == 2
     capsys.readouterr()
-    again = main(cfg(4))  # nothing to train: the kept scores are read back
-    assert "kept scores" in capsys.readouterr().out
+    again = main(cfg(4))  # nothing to train or score: the kept scores and cells are read back
+    printed = capsys.readouterr().out
+    assert "kept scores" in printed and "report: scoring" not in printed
     assert json.dumps(again.rows, sort_keys=True) == json.dumps(rows, sort_keys=True)  # NaN-safe comparison

@@ -244,3 +244,31 @@ def test_family_scope_leaves_other_families_unlabelled():
     assert sig["sigmoid"].item() == pytest.approx(num / den, abs=1e-5)
     with pytest.raises(ValueError, match="family ids"):
         relation_objective(out, rels, cats, valid, _space(), _only("sigmoid", negatives_scope="family"))
+
+
+def test_gate_negatives_push_down_only_what_the_boxes_rule_out():
+    """Conditions (meet, close) per pair and needs per column: "on" and "touching" need the boxes
+    to meet, "near" needs them close, the rest nothing. On (0, 1) the boxes meet; on (0, 2), (2, 0)
+    they do not and are far; on (1, 2), (2, 1) they are apart but close. Ruled out: on, atop and
+    touching (and under, which also needs contact) on the far pairs and the close pairs, near on
+    the far pairs; "near" stated at (1, 2) is never among them, nor is anything on (0, 1)."""
+    import torch.nn.functional as F
+
+    out, rels, cats, valid = _batch()
+    space = _space()
+    needs = torch.zeros(7, 2, dtype=torch.bool)
+    needs[[ON, ATOP, UNDER, TOUCHING], 0] = True
+    needs[NEAR, 1] = True
+    space.conditions = needs
+    cond = torch.zeros(1, N * N, 2, dtype=torch.bool)
+    for (i, j), (meet, close) in {(0, 1): (1, 1), (1, 0): (1, 1), (0, 2): (0, 0), (2, 0): (0, 0),
+                                  (1, 2): (0, 1), (2, 1): (0, 1)}.items():
+        cond[0, i * N + j] = torch.tensor([bool(meet), bool(close)])
+    got = relation_objective(out, rels, cats, valid, space, _only("gate_negatives", gate_negatives=1.0),
+                             conditions=cond)
+    L = LOGITS
+    ruled = [L[r][c] for r in (2, 3) for c in (ON, ATOP, UNDER, TOUCHING, NEAR)]
+    ruled += [L[r][c] for r in (4, 5) for c in (ON, ATOP, UNDER, TOUCHING) if not (r == 5 and c == UNDER)]
+    want = sum(float(F.softplus(torch.tensor(x))) for x in ruled) / len(ruled)
+    assert got["gate_negatives"].item() == pytest.approx(want, abs=1e-5)
+    assert got["total"].item() == pytest.approx(want, abs=1e-5)
