@@ -57,7 +57,9 @@ class LossConfig(StrictConfig):
         "all", description="which unstated predicates of an annotated pair are its negatives: 'all' of them (§ 3.3), "
                            "or only those of the families its annotations come from ('family'): an annotator asked for "
                            "one relation per pair says nothing about the other families of that pair, so their cells "
-                           "stay unlabelled (in the InfoNCE and the per-cell sigmoid alike)")
+                           "stay unlabelled (in the InfoNCE and the per-cell sigmoid alike). A corpus that states all "
+                           "that holds (a synthetic world with coverage: full) has no unlabelled cell: there every "
+                           "string is put in one family (train_jobs.relation_data.build_space)")
 
 
 def infonce_loss(logits: torch.Tensor, pos_weight: torch.Tensor, neg_logw: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ from relate.data.predicate_split import check_no_leak, held_out, load_predicate_
 from relate.storage import Location, LocationValue, under_root
 from relate.losses import PredicateSpace, fit_synonym_weighting
 
-__all__ = ["DataConfig", "HoldOutConfig", "build_space", "training_table", "DecodeStage", "epoch_order", "concept_key", "concept_family",
+__all__ = ["DataConfig", "HoldOutConfig", "build_space", "family_ids", "training_table", "DecodeStage", "epoch_order", "concept_key", "concept_family",
            "dropped_by_caps"]
 
 
@@ -225,24 +225,29 @@ def build_space(cfg: DataConfig, text_dim: int) -> dict:
     cat_bank = build_bank(categories, encoder_name=cfg.text_encoder).matrix
     _, group = np.unique(k, return_inverse=True)
     t = torch.from_numpy
-    _, family = np.unique(np.array(_families(keys), dtype=object), return_inverse=True)
+    family = family_ids(cfg, keys)
     from relate.gate import condition_columns
 
     conditions = condition_columns(strings)
     space = PredicateSpace(t(group.astype(np.int64)), t(inverse), t(pdir), t(p_cond), t(syn),
                            torch.tensor(cols, dtype=torch.long), t(cat_bank), t(_pair_rate(train, categories)),
-                           t(scope), t(family.astype(np.int64)), t(conditions))
+                           t(scope), t(family), t(conditions))
     return {"space": space, "bank": bank, "forms": strings, "categories": categories, "n_train": train.num_rows,
             "isotonic_synonym": iso, "sources": sources}
 
 
-def _families(keys: list[str]) -> list[str]:
-    """The family of each synonym-group key (relate/predicate_knowledge.yaml); a string in no group
-    is in family 'unknown'."""
+def family_ids(cfg: DataConfig, keys: list[str]) -> np.ndarray:
+    """Per synonym-group key, an id of its family (relate/predicate_knowledge.yaml; a string in no group
+    is in family 'unknown'): the scope of loss.negatives_scope='family'. A corpus that states every
+    relation that holds leaves nothing unlabelled, so there all strings share one id."""
     from relate.predicate_knowledge import load_predicate_knowledge
 
     groups = load_predicate_knowledge().groups
-    return [groups[k].family if k in groups else "unknown" for k in keys]
+    names = np.array([groups[k].family if k in groups else "unknown" for k in keys], dtype=object)
+    _, ids = np.unique(names, return_inverse=True)
+    if states_full_truth(cfg.corpus_root):
+        return np.zeros(len(keys), np.int64)
+    return ids.astype(np.int64)
 
 
 def _without_held_out(cfg: DataConfig, train: pa.Table, strings, keys, held, inverse, pdir):

@@ -160,3 +160,20 @@ def test_decode_states_what_each_relation_implies_in_the_training_vocabulary(tmp
     without = decoded(DataConfig(photometric=0.0, implied_relations=True), held)
     hidx = {f: i for i, f in enumerate(held)}
     assert sorted(without[2:]) == sorted([(0, 1, hidx["touching"]), (1, 0, hidx["touching"])])
+
+
+def test_family_scope_is_one_family_on_a_world_that_states_its_full_truth(tmp_path):
+    from relate.config import dump_config
+    from relate.data.synthetic import SyntheticConfig
+    from train_jobs.relation_data import family_ids
+
+    keys = ["left_of", "right_of", "near", "touching", "on", "no such group", "also unknown"]
+    ids = {}
+    for coverage in ("stated", "full"):
+        root = tmp_path / coverage
+        root.mkdir()
+        dump_config(SyntheticConfig(coverage=coverage), root / "synthetic_config.yaml")
+        ids[coverage] = family_ids(DataConfig(corpus_root=str(root)), keys).tolist()
+    s = ids["stated"]
+    assert s[0] == s[1] and s[3] == s[4] and s[5] == s[6] and len({s[0], s[2], s[3], s[5]}) == 4
+    assert ids["full"] == [0] * len(keys)
