@@ -247,6 +247,11 @@ def _run_command(clone: Clone, cmd: Command) -> None:
         return  # the suite this test is part of
     if argv == ["make", "demo"]:
         clone.run(["make", "-o", "venv", "demo", f"DEMO_ARGS={DEMO_ARGS}"], f"make demo ({DEMO_ARGS})")
+        from relate.checkpoint import find_latest_checkpoint
+
+        demo = Path((clone.tree / "runs/demo/train/LATEST").read_text().strip())
+        assert find_latest_checkpoint(clone.tree / "runs") == demo  # what serve run would serve now
+        assert (clone.tree / "runs/demo/checkpoint").resolve() == demo.resolve()
     elif argv == ["make", "docs"]:
         _docs_server(clone)
     elif argv[0] == "make":
