@@ -245,6 +245,23 @@ def _figure(rows: list[dict], k: int, path: Path) -> None:
 
 # --------------------------------------------------------------------------- job
 
+def _require_inputs(cfg: OvRSGGConfig) -> None:
+    """Every input exists before any inference: the benchmark's corpus, each checkpoint and predictions file."""
+    from relate.data.corpus import require_corpus
+    from relate.job_inputs import MAKE_CHECKPOINT, MAKE_WORLD, require_checkpoint, require_path
+
+    b = cfg.benchmark
+    if b.reader == "corpus":
+        require_corpus(b.path, "benchmark corpus", MAKE_WORLD, [b.split])
+    else:
+        require_path(b.path, f"{b.reader} benchmark folder", f"python -m eval_jobs.prepare {b.reader} --describe")
+    for s in cfg.systems:
+        if s.checkpoint is not None:
+            require_checkpoint(s.checkpoint, f"checkpoint of system {s.name!r}", MAKE_CHECKPOINT)
+        if s.predictions is not None:
+            require_path(s.predictions, f"predictions of system {s.name!r}", "python -m eval_jobs.convert --help")
+
+
 def main(cfg: OvRSGGConfig) -> dict:
     """Score every system under every matcher; returns the results also written to ``out_dir``."""
     t0 = time.perf_counter()
@@ -252,6 +269,7 @@ def main(cfg: OvRSGGConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "config.yaml")
     split = load_predicate_split(cfg.split)  # a bad split file fails before any work
+    _require_inputs(cfg)
     corpus, predicates = _corpus(cfg.benchmark)
     vocab = _vocabulary(cfg.benchmark, predicates)
     name = run_name("ovr_sgg", cfg.out_dir)

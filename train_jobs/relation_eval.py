@@ -297,6 +297,15 @@ def _cli(argv=None) -> dict:
                          "the checkpoint's model.converse_scoring")
     ap.add_argument("--out", default=None, help="also write the figures as JSON")
     args = ap.parse_args(argv)
+    from relate.data.corpus import require_corpus
+    from relate.job_inputs import MAKE_CORPUS, MAKE_WORLD, one_line_errors, require_checkpoint
+
+    one_line_errors("relation_eval")
+    for c in args.checkpoint:  # every input is checked before any model loads
+        require_checkpoint(c)
+    require_corpus(args.corpus_root, "corpus", MAKE_CORPUS)
+    if args.truth is not None:
+        require_corpus(args.truth, "synthetic world (--truth)", MAKE_WORLD)
     converse = None if args.converse is None else args.converse == "on"
     data = DataConfig(corpus_root=args.corpus_root, predicates=args.predicates, truth_root=args.truth)
     out: dict = {}
@@ -307,7 +316,7 @@ def _cli(argv=None) -> dict:
         out["intervals"], table = truth_intervals(args.checkpoint, world, args.split, args.resamples, converse)
         print(table, flush=True)
     elif len(args.checkpoint) > 1:
-        raise SystemExit("several checkpoints are compared on a synthetic world's truth: give --truth WORLD_ROOT")
+        ap.error("several checkpoints are compared on a synthetic world's truth: give --truth WORLD_ROOT")
     if args.out:
         from pathlib import Path
 

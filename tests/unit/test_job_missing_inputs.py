@@ -45,6 +45,10 @@ CASES = {
                      "runs/annotated", "python -m pipelines.annotate"),
     "audit_report": (["eval_jobs.audit_report", "--db", "audit.sqlite", "--corpus", "runs/annotated"],
                      "audit.sqlite", "python -m serve_apps.audit_app"),
+    "relation_eval": (["train_jobs.relation_eval", "runs/demo/checkpoint", "runs/demo/synthetic"],
+                      "runs/demo/checkpoint", "make demo"),
+    "ovr_sgg": (["eval_jobs.ovr_sgg", "--config", f"{REPO}/eval_jobs/configs/ovr_sgg_synthetic.yaml"],
+                "runs/ovr/world", "python -m pipelines.synthetic --set out_dir=runs/ovr/world"),
     "predict": (["relate", "predict", "photo.png", "--boxes", "boxes.json", "--checkpoint", "runs/demo/checkpoint"],
                 "runs/demo/checkpoint", "make demo"),
 }
