@@ -17,7 +17,8 @@ from pydantic import Field
 
 from relate.config import StrictConfig
 
-__all__ = ["LossConfig", "infonce_loss", "pu_negative_logweights", "sigmoid_aux_loss", "swap_hinge_loss",
+__all__ = ["LossConfig", "infonce_loss", "pu_negative_logweights", "sigmoid_aux_loss", "sigmoid_pooled_loss",
+           "swap_hinge_loss",
            "background_loss", "grounding_loss", "geometry_bce_loss", "focal_loss", "relatedness_weights",
            "fit_synonym_weighting", "PredicateSpace", "force_mask", "gate_negative_loss",
            "relation_objective"]
@@ -48,6 +49,11 @@ class LossConfig(StrictConfig):
                                                 "(P from data.cooccurrence; all zero when it is off)")
     source_negatives: bool = Field(True, description="App. B.1: a negative must be a predicate the row's source could "
                                                      "have annotated (scopes from data.source_scopes; no scopes: no-op)")
+    sigmoid_rows: Literal["annotated", "sampled"] = Field(
+        "annotated", description="rows of the per-cell sigmoid: the 'annotated' pairs, each row's negatives sharing its "
+                                 "positives' weight (App. B.1), or every 'sampled' pair, all unstated cells sharing one "
+                                 "weight: an unstated cell weighs the same whether or not its pair carries a statement, "
+                                 "so the score does not learn which pairs an annotator chose to speak of")
     gate_negatives: float = Field(0.0, ge=0, description="weight of the gate's negatives: on every sampled pair, "
                                   "the predicates its boxes rule out (a contact relation on boxes that do not meet, "
                                   "'near' far apart, 'left of' from the right; relate.gate.pair_conditions), pushed "
@@ -114,6 +120,17 @@ def sigmoid_aux_loss(logits: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor)
     if total <= 0:
         return logits.sum() * 0
     return (w * bce).sum() / total
+
+
+def sigmoid_pooled_loss(logits: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """Per-cell BCE over rows of any pairs; all negative cells share one total weight, the positive count
+    (where ``sigmoid_aux_loss`` balances row by row, so a row without a positive weighs nothing)."""
+    bce = F.binary_cross_entropy_with_logits(logits, pos.to(logits.dtype), reduction="none")
+    n_pos = pos.sum().to(logits.dtype)
+    if n_pos <= 0:
+        return logits.sum() * 0
+    w = pos.to(logits.dtype) + neg.to(logits.dtype) * n_pos / neg.sum().clamp(min=1).to(logits.dtype)
+    return (w * bce).sum() / (2 * n_pos)
 
 
 def swap_hinge_loss(c_fwd: torch.Tensor, c_rev: torch.Tensor, p_directional: torch.Tensor,
@@ -305,7 +322,14 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     pair_logits = out.scores.logits[b_p, pm[b_p, flat_p]]
     pos_cells = group_hit[:, gcols]
     neg_cells = ~pos_cells if allowed is None else ~pos_cells & allowed[:, cols]
-    terms["sigmoid"] = sigmoid_aux_loss(pair_logits, pos_cells, neg_cells)
+    if cfg.sigmoid_rows == "annotated":
+        terms["sigmoid"] = sigmoid_aux_loss(pair_logits, pos_cells, neg_cells)
+    else:  # every sampled pair a row, its unstated cells negatives, one weight for all of them
+        all_pos = torch.zeros_like(out.scores.logits, dtype=torch.bool)
+        all_pos[b_p, pm[b_p, flat_p]] = pos_cells
+        all_neg = ~all_pos & sp.valid[..., None]
+        all_neg[b_p, pm[b_p, flat_p]] = neg_cells
+        terms["sigmoid"] = sigmoid_pooled_loss(out.scores.logits[sp.valid], all_pos[sp.valid], all_neg[sp.valid])
     # Eq. 5 on every directional group member of each annotation
     mixed = out.scores.mixed
     r_idx, c_idx = torch.nonzero(same, as_tuple=True)

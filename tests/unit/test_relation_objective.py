@@ -272,3 +272,16 @@ def test_gate_negatives_push_down_only_what_the_boxes_rule_out():
     want = sum(float(F.softplus(torch.tensor(x))) for x in ruled) / len(ruled)
     assert got["gate_negatives"].item() == pytest.approx(want, abs=1e-5)
     assert got["total"].item() == pytest.approx(want, abs=1e-5)
+
+
+def test_sampled_sigmoid_rows_weigh_every_unstated_cell_alike():
+    """``sigmoid_rows='sampled'``: the two unannotated kept pairs (1, 0) and (2, 0) join as rows of
+    negatives only; the 5 positive cells of the batch give the 37 negative cells one shared weight."""
+    out, rels, cats, valid = _batch()
+    got = relation_objective(out, rels, cats, valid, _space(), _only("sigmoid", sigmoid_rows="sampled"))
+    positives = {0: {ON, ATOP}, 2: {HOLDING}, 4: {NEAR}, 5: {UNDER}}
+    pos = [(r, c) for r, cs in positives.items() for c in cs]
+    neg = [(r, c) for r in range(6) for c in range(7) if c not in positives.get(r, set())]
+    assert len(pos) == 5 and len(neg) == 37
+    want = (sum(_bce(LOGITS[r][c], 1) for r, c in pos) + 5 / 37 * sum(_bce(LOGITS[r][c], 0) for r, c in neg)) / 10
+    assert got["sigmoid"].item() == pytest.approx(want, abs=1e-5)
