@@ -50,7 +50,8 @@ from pipelines.annotate_input import (RECORDS_SCHEMA, ImagesInput, as_records, c
                                       read_records, source_columns, split_files)
 from pipelines.annotate_shards import (atomic_write, balance_shard, load_pending, read_failures,
                                        shard_paths, write_shard)
-from pipelines.annotate_stages import (VLM_PASSES, GateStage, MarkStage, ParseStage, PassesStage, PromptStage,
+from pipelines.annotate_stages import (PAIRS_PASS, PASS_ORDER, VLM_PASSES, GateStage, MarkStage, ParseStage,
+                                      PassesStage, PromptStage,
                                        merge_counters, rows_to_table)
 from pipelines.annotate_writer import RunTally, SpoolStage, finish_shard, spool_root, spooled_rows
 from pipelines.vlm_calls import STOP_KINDS
@@ -111,6 +112,10 @@ class AnnotateConfig(StrictConfig):
     in_flight_mb: float | None = Field(32, gt=0, description="Object-store budget of the run's Ray Data execution, MB: reading and marking stop running ahead of the annotator once the blocks queued and in flight reach it (Ray Data's backpressure; a budget smaller than one block still makes progress, a block at a time). The default holds about four batches of eight marked photographs (a 1024 px PNG is 1-2 MB); size it to a few batches per annotator (annotate_gpu.yaml: 16 engines). None: Ray Data's default, a share of the cluster's object store, which a long run fills with queued images.")
     cpu_resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig(num_cpus=0.25), description="Per task of the CPU stages (markers, prompts, parse, gate) and of the per-shard balance-and-write tasks.")
     cost: CostConfig = Field(default_factory=CostConfig, description="Price per GPU-hour for the run's cost estimate.")
+    pairs_per_image: int = Field(0, ge=0, description="The pairs pass: after the spatial pass, one more VLM call per image "
+                                 "asking for every relation of this many of its box pairs, drawn uniformly "
+                                 "(relate.pair_sample). The corpus records them in asked_pairs, so training knows what "
+                                 "does not hold there and counts P(q|p) on them. 0: three passes, no pairs pass.")
 
     @model_validator(mode="after")
     def _check(self) -> "AnnotateConfig":
@@ -120,7 +125,15 @@ class AnnotateConfig(StrictConfig):
         if self.vlm.backend == "vllm" and self.generate.resources.num_gpus == 0:
             raise ValueError("vlm.backend=vllm runs an engine per GPU (fraction): set generate.resources.num_gpus "
                              "(e.g. 1, or 0.5 to pack two engines on one GPU)")
+        if self.pairs_per_image and self.vlm.backend == "scripted" and self.vlm.scripted.world is None \
+                and self.images is None:  # the scripted pairs pass reads the world the images come from
+            self.vlm.scripted.world = str(self.input_dir)
         return self
+
+    @property
+    def passes(self) -> tuple[str, ...]:
+        """The VLM passes each image gets, in order."""
+        return VLM_PASSES + (PAIRS_PASS,) if self.pairs_per_image else VLM_PASSES
 
 
 @dataclass
@@ -250,8 +263,8 @@ def build_annotation(ds, cfg: AnnotateConfig, marked: bool = False):
         from actors.vlm.vllm_data import build_vllm_processor
         from relate.prompts import load_prompt
 
-        for pass_name in VLM_PASSES:
-            ds = ds.map_batches(PromptStage(pass_name, cfg.id_base, cfg.prompt_dir), **cpu)
+        for pass_name in cfg.passes:
+            ds = ds.map_batches(PromptStage(pass_name, cfg.id_base, cfg.prompt_dir, cfg.pairs_per_image, cfg.seed), **cpu)
             ds = build_vllm_processor(cfg.vlm.vllm, gen.resources, load_prompt("system_annotate").text,
                                       cfg.cpu_resources.num_cpus)(ds)
             ds = ds.map_batches(_outcomes_table, **cpu)  # engine errors -> recorded failures
@@ -259,7 +272,8 @@ def build_annotation(ds, cfg: AnnotateConfig, marked: bool = False):
                                 **cpu)
     else:
         ds = ds.map_batches(PassesStage, fn_constructor_kwargs=dict(vlm=cfg.vlm.model_dump(), id_base=cfg.id_base,
-                            prompt_dir=cfg.prompt_dir, max_consecutive_failures=cfg.max_consecutive_failures),
+                            prompt_dir=cfg.prompt_dir, max_consecutive_failures=cfg.max_consecutive_failures,
+                            passes=cfg.passes, pairs_per_image=cfg.pairs_per_image, seed=cfg.seed),
                             batch_format="pyarrow", batch_size=gen.batch_size,
                             compute=ray.data.ActorPoolStrategy(min_size=1, max_size=gen.concurrency),
                             **ray_remote_args(gen.resources))
@@ -276,7 +290,8 @@ def annotate_local(records: pa.Table, cfg: AnnotateConfig, out_dir: str | Path |
     """
     if cfg.vlm.backend == "vllm":
         raise ValueError("annotate_local cannot run the vllm backend; use main() on a Ray cluster")
-    passes = PassesStage(cfg.vlm.model_dump(), cfg.id_base, cfg.prompt_dir)
+    passes = PassesStage(cfg.vlm.model_dump(), cfg.id_base, cfg.prompt_dir, cfg.passes,
+                         pairs_per_image=cfg.pairs_per_image, seed=cfg.seed)
     gate = GateStage(cfg.gate.model_copy(update={"balance": False}), cfg.topup)
     mark = mark_stage(cfg)
     rows: list[dict] = []
@@ -304,7 +319,7 @@ WORK_SCHEMA = pa.schema([*RECORDS_SCHEMA, pa.field("shard", pa.string()), *(pa.f
 def _resume_state(left: dict) -> dict:
     """A failed image's state after its last good call (from its pending row): what a rerun resumes from."""
     f = json.loads(left["failure_json"])
-    return dict(resume_from=VLM_PASSES.index(f["pass"]), attempts_before=int(f.get("attempts", 0)),
+    return dict(resume_from=PASS_ORDER.index(f["pass"]), attempts_before=int(f.get("attempts", 0)),
                 cands_json=left.get("cands_json") or "[]", counters_json=left.get("counters_json") or "{}")
 
 
@@ -489,9 +504,9 @@ def _stopped(out: Path, stages: Sequence[WorkStage], unsubmitted: Sequence[str],
 
 
 def _gpus_held(cfg: AnnotateConfig) -> float:
-    """GPUs the VLM stage reserves for the whole run: engines (or actors) x GPUs each (x3 passes for vLLM)."""
+    """GPUs the VLM stage reserves for the whole run: engines (or actors) x GPUs each (x passes for vLLM)."""
     if cfg.vlm.backend == "vllm":
-        return len(VLM_PASSES) * cfg.vlm.vllm.concurrency * cfg.generate.resources.num_gpus
+        return len(cfg.passes) * cfg.vlm.vllm.concurrency * cfg.generate.resources.num_gpus
     return cfg.generate.concurrency * cfg.generate.resources.num_gpus
 
 

@@ -32,18 +32,22 @@ from relate.gate import (BoxTable, Candidates, GateConfig, GateResult, TopUpConf
 from relate.gate_canonical import default_map
 from relate.markers import draw_markers, encode_png
 from relate.parsing import OUTPUT_REASONS, parse_relations
-from relate.prompts import draft_list, load_prompt, object_list
-from relate.schema import BOX_TYPE, PASSES, REJECTION_TYPE, RELATION_TYPE
+from relate.pair_sample import sample_pairs
+from relate.prompts import draft_list, load_prompt, object_list, pair_list
+from relate.schema import BOX_TYPE, PAIR_TYPE, PASSES, REJECTION_TYPE, RELATION_TYPE
 
 __all__ = ["MarkStage", "PromptStage", "GenerateStage", "ParseStage", "PassesStage", "GateStage", "rows_to_table",
-           "merge_counters", "VLM_PASSES", "image_rejection"]
+           "merge_counters", "VLM_PASSES", "PAIRS_PASS", "PASS_ORDER", "image_rejection"]
 
-VLM_PASSES = ("semantic", "grow", "spatial")
+VLM_PASSES = ("semantic", "grow", "spatial")  # every image's passes, in the order they run
+PAIRS_PASS = "pairs"  # one more, when asked for (AnnotateConfig.pairs_per_image)
+PASS_ORDER = VLM_PASSES + (PAIRS_PASS,)
 _EXTRA_TYPES = {"image_png": pa.binary(), "prompt": pa.string(), TEXT_COLUMN: pa.string(),
                 "cands_json": pa.string(), "counters_json": pa.string(), "shard": pa.string(),
                 "relations": pa.list_(RELATION_TYPE), "rejected": pa.list_(REJECTION_TYPE),
                 "reference": pa.list_(RELATION_TYPE), "boxes": pa.list_(BOX_TYPE), "image_error": pa.string(),
                 "failure_json": pa.string(), "run_vlm_json": pa.string(), "resume_from": pa.int32(), "attempts_before": pa.int32(),
+                "pairs_json": pa.string(), "asked_pairs": pa.list_(PAIR_TYPE),
                 ERROR_COLUMN: pa.string(), ATTEMPTS_COLUMN: pa.int32(), PROMPT_TOKENS_COLUMN: pa.int64(),
                 COMPLETION_TOKENS_COLUMN: pa.int64(), LATENCY_COLUMN: pa.float64(), BUSY_COLUMN: pa.float64()}
 _CALL_COLUMNS = (PROMPT_TOKENS_COLUMN, COMPLETION_TOKENS_COLUMN, LATENCY_COLUMN, BUSY_COLUMN)
@@ -53,7 +57,7 @@ def _active(row: dict, pass_name: str) -> bool:
     """Does this row still need ``pass_name``? Not when its image failed, an earlier call failed,
     or (on a rerun) the pass already succeeded before."""
     return (not row.get("image_error") and not row.get("failure_json")
-            and VLM_PASSES.index(pass_name) >= (row.get("resume_from") or 0))
+            and PASS_ORDER.index(pass_name) >= (row.get("resume_from") or 0))
 
 
 def image_rejection(error_json: str) -> dict:
@@ -142,13 +146,20 @@ def _draft(row: dict) -> list[tuple[int, str, int]]:
     return [(c["s"], c["p"], c["o"]) for c in _cands(row) if 0 <= c["s"] < n and 0 <= c["o"] < n]
 
 
-class PromptStage:
-    """Render the pass's prompt for each image (needs ``boxes, cands_json``; adds ``prompt``)."""
+def _asked(row: dict) -> list[tuple[int, int]]:
+    return [tuple(p) for p in json.loads(row.get("pairs_json") or "[]")]
 
-    def __init__(self, pass_name: str, id_base: int = 1, prompt_dir: str | None = None) -> None:
-        if pass_name not in VLM_PASSES:
-            raise ValueError(f"unknown pass {pass_name!r}; valid: {list(VLM_PASSES)}")
-        self.pass_name, self.id_base = pass_name, id_base
+
+class PromptStage:
+    """Render the pass's prompt for each image (needs ``boxes, cands_json``; adds ``prompt``). The
+    pairs pass also draws the image's pairs (``relate.pair_sample``: ``pairs_per_image`` of them,
+    from ``seed``) and keeps them in ``pairs_json`` for the later stages."""
+
+    def __init__(self, pass_name: str, id_base: int = 1, prompt_dir: str | None = None, pairs_per_image: int = 0,
+                 seed: int = 0) -> None:
+        if pass_name not in PASS_ORDER:
+            raise ValueError(f"unknown pass {pass_name!r}; valid: {list(PASS_ORDER)}")
+        self.pass_name, self.id_base, self.k, self.seed = pass_name, id_base, pairs_per_image, seed
         self.template = load_prompt(pass_name, prompt_dir)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -161,6 +172,10 @@ class PromptStage:
             values = dict(n=len(cats), object_list=object_list(cats, self.id_base))
             if "draft" in self.template.fields:
                 values["draft"] = draft_list(_draft(row), cats, self.id_base)
+            if "pairs" in self.template.fields:
+                pairs = sample_pairs(row["image_id"], row["boxes"], self.k, self.seed)
+                row["pairs_json"] = json.dumps(pairs)
+                values["pairs"] = pair_list(pairs, cats, self.id_base)
             row["prompt"] = self.template.render(**values)
         return rows_to_table(rows, batch.schema)
 
@@ -195,7 +210,7 @@ class GenerateStage:
         reqs = [VLMRequest(image_png=r["image_png"], prompt=r["prompt"], image_id=r["image_id"],
                            pass_name=self.pass_name, boxes=r["boxes"],
                            reference=(r.get("reference") or []) if self.scripted else (),
-                           draft=tuple(_draft(r)), id_base=self.id_base) for r in live]
+                           draft=tuple(_draft(r)), id_base=self.id_base, pairs=tuple(_asked(r))) for r in live]
         t0 = time.perf_counter()
         outs = self._outcomes(reqs) if reqs else []
         busy = time.perf_counter() - t0
@@ -224,9 +239,10 @@ class PassesStage:
     """
 
     def __init__(self, vlm: VLMConfig | dict, id_base: int = 1, prompt_dir: str | None = None,
-                 passes: Sequence[str] = VLM_PASSES, max_consecutive_failures: int | None = None) -> None:
+                 passes: Sequence[str] = VLM_PASSES, max_consecutive_failures: int | None = None,
+                 pairs_per_image: int = 0, seed: int = 0) -> None:
         breaker = CallBreaker(max_consecutive_failures)  # shared: consecutive over all passes of this actor
-        self.steps = [(PromptStage(p, id_base, prompt_dir), GenerateStage(vlm, p, id_base, breaker),
+        self.steps = [(PromptStage(p, id_base, prompt_dir, pairs_per_image, seed), GenerateStage(vlm, p, id_base, breaker),
                        ParseStage(p, id_base, breaker=breaker)) for p in passes]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -264,7 +280,7 @@ class ParseStage:
                 e = json.loads(err)
                 total = attempts + int(row.get("attempts_before") or 0)
                 row["failure_json"] = json.dumps(dict(e, attempts=total, **{"pass": self.pass_name}))
-                row["resume_from"] = VLM_PASSES.index(self.pass_name)
+                row["resume_from"] = PASS_ORDER.index(self.pass_name)
                 skipped = e["kind"] == UNAVAILABLE  # never made: not a call, not a retry
                 tally = {"skipped_calls": 1} if skipped else dict(vlm, failed_calls={e["kind"]: 1})
                 row["counters_json"] = json.dumps(merge_counters(counters, {"vlm": tally}))
@@ -278,6 +294,8 @@ class ParseStage:
             cands = _cands(row) + [dict(s=r.subject, o=r.object, p=r.predicate, pass_=self.pass_name, tag=r.tag)
                                    for r in res.relations]
             row["cands_json"] = json.dumps(cands)
+            if self.pass_name == "pairs":  # answered: what it left unstated of these pairs does not hold
+                row["asked_pairs"] = [dict(subject=a, object=b) for a, b in _asked(row)]
             row["run_vlm_json"] = json.dumps(merge_counters(json.loads(row.get("run_vlm_json") or "{}"), vlm))
             counters = merge_counters(counters, {"outputs": {self.pass_name: 1}, "vlm": vlm,
                                                  "unusable": {res.reason: 1} if res.reason else {},
@@ -323,7 +341,8 @@ class GateStage:
                                                                  {"image_rejections": {rule: 1}}))
             elif row.get("failure_json"):  # keeps cands_json/counters_json: a rerun resumes from them
                 row["relations"], row["rejected"] = [], []
-            for k in ("image_png", "reference") if row.get("failure_json") else ("cands_json", "image_png", "reference"):
+            for k in ("image_png", "reference", "pairs_json") if row.get("failure_json") else (
+                    "cands_json", "image_png", "reference", "pairs_json"):
                 row.pop(k, None)
         return rows_to_table(rows, batch.schema)
 

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.annotate_shards import NOT_RUN, load_pending, write_shard
-from pipelines.annotate_stages import VLM_PASSES, merge_counters
+from pipelines.annotate_stages import PASS_ORDER, merge_counters
 from relate.annotation_stats import vlm_call_stats
 from relate.gate import GateConfig
 
@@ -143,7 +143,7 @@ def finish_shard(out: str | Path, shard: str, gate: GateConfig, expected: int,
     for r in missing_from or []:
         if r["image_id"] not in new:
             rows.append(dict(r, failure_json=json.dumps({
-                "pass": VLM_PASSES[r["resume_from"]], "kind": NOT_RUN, "attempts": r["attempts_before"],
+                "pass": PASS_ORDER[r["resume_from"]], "kind": NOT_RUN, "attempts": r["attempts_before"],
                 "message": "the run stopped before this image was annotated"})))
     carried = [r for r in load_pending(out, shard) or [] if not r.get("failure_json") and r["image_id"] not in new]
     complete = write_shard(out, shard, carried + rows, gate)

@@ -188,7 +188,9 @@ def _algorithm1(bt: BoxTable, c: Candidates, cid: np.ndarray, rev: np.ndarray, c
     union = a_s + a_o - inter
     touching = _meet(bs, bo, cfg)
     _fire(rule, ps & po & (union > 0) & (inter >= cfg.person_iou * union), "person_duplicate")  # line 1
-    spatial = np.isin(c.pass_, [_PASS[p] for p in SPATIAL_PASSES])
+    # the pairs pass asks for every relation of chosen pairs: its layout forms get the spatial pass's
+    # rules, the rest the semantic passes'
+    spatial = np.isin(c.pass_, [_PASS[p] for p in SPATIAL_PASSES]) | ((c.pass_ == _PASS["pairs"]) & known & cm.layout[k])
     # lines 2-13: spatial pass
     _fire(rule, spatial & (ks | ko), "body_part_spatial")
     _fire(rule, spatial & ~(known & cm.layout[k]), "not_layout")

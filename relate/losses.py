@@ -122,14 +122,17 @@ def sigmoid_aux_loss(logits: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor)
     return (w * bce).sum() / total
 
 
-def sigmoid_pooled_loss(logits: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+def sigmoid_pooled_loss(logits: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor,
+                        neg_weight: torch.Tensor | None = None) -> torch.Tensor:
     """Per-cell BCE over rows of any pairs; all negative cells share one total weight, the positive count
-    (where ``sigmoid_aux_loss`` balances row by row, so a row without a positive weighs nothing)."""
+    (where ``sigmoid_aux_loss`` balances row by row, so a row without a positive weighs nothing), in
+    proportion to ``neg_weight`` (default 1: each alike)."""
     bce = F.binary_cross_entropy_with_logits(logits, pos.to(logits.dtype), reduction="none")
     n_pos = pos.sum().to(logits.dtype)
     if n_pos <= 0:
         return logits.sum() * 0
-    w = pos.to(logits.dtype) + neg.to(logits.dtype) * n_pos / neg.sum().clamp(min=1).to(logits.dtype)
+    wn = neg.to(logits.dtype) if neg_weight is None else neg.to(logits.dtype) * neg_weight.to(logits.dtype)
+    w = pos.to(logits.dtype) + wn * n_pos / wn.sum().clamp(min=1e-6)
     return (w * bce).sum() / (2 * n_pos)
 
 
@@ -214,6 +217,7 @@ class PredicateSpace:
     scope: torch.Tensor | None = None  # (S, Va) bool: what source s can annotate; row 0 = unscoped (all)
     family: torch.Tensor | None = None  # (Va,) long family id of each string (loss.negatives_scope: family)
     conditions: torch.Tensor | None = None  # (Va, C) bool: the gate's conditions each string needs (relate.gate)
+    p_unstated: torch.Tensor | None = None  # (Va,) P(q holds | nothing stated of the pair), for the sampled sigmoid
 
     def to(self, device) -> "PredicateSpace":
         return PredicateSpace(*(None if getattr(self, f) is None else getattr(self, f).to(device)
@@ -260,8 +264,8 @@ def gate_negative_loss(logits: torch.Tensor, holds: torch.Tensor, needs: torch.T
 
 def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_valid: torch.Tensor,
                        space: PredicateSpace, cfg: LossConfig, generator: torch.Generator | None = None,
-                       sources: torch.Tensor | None = None, conditions: torch.Tensor | None = None
-                       ) -> dict[str, torch.Tensor]:
+                       sources: torch.Tensor | None = None, conditions: torch.Tensor | None = None,
+                       complete: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """All terms for one batch. ``out`` is a RelationOutput computed with ``force=force_mask(...)``.
 
     Returns each weighted term and ``total``. Rows of the InfoNCE are annotations; other
@@ -304,7 +308,14 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     same = gcols[None, :] == space.group[a][:, None]
     pos_weight = torch.where(same, space.syn_weight[a][:, cols], torch.zeros_like(logits))
     p_cond = space.p_cond if cfg.pu_discount else torch.zeros_like(space.p_cond)
-    neg_logw = pu_negative_logweights(annotated, p_cond, space.inverse, allowed)[row_pair][:, cols]
+    pair_logw = pu_negative_logweights(annotated, p_cond, space.inverse, allowed)  # (U, Va)
+    comp_u = None
+    if complete is not None:  # a pair a pass was asked every relation of: what it left unstated does not hold
+        comp = complete.to(rels.device).bool()
+        comp_u = comp[b_p, flat_p]
+        full = pu_negative_logweights(annotated, torch.zeros_like(p_cond), space.inverse, allowed)
+        pair_logw = torch.where(comp_u[:, None], full, pair_logw)
+    neg_logw = pair_logw[row_pair][:, cols]
     known_true = group_hit[row_pair][:, gcols] & ~same
     neg_logw = neg_logw.masked_fill(known_true | same, float("-inf"))
     candidate = torch.ones(cols.shape[0], dtype=torch.bool, device=cols.device)
@@ -324,12 +335,21 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     neg_cells = ~pos_cells if allowed is None else ~pos_cells & allowed[:, cols]
     if cfg.sigmoid_rows == "annotated":
         terms["sigmoid"] = sigmoid_aux_loss(pair_logits, pos_cells, neg_cells)
-    else:  # every sampled pair a row, its unstated cells negatives, one weight for all of them
+    else:  # every sampled pair a row, its unstated cells negatives weighted by how surely they are false
         all_pos = torch.zeros_like(out.scores.logits, dtype=torch.bool)
         all_pos[b_p, pm[b_p, flat_p]] = pos_cells
         all_neg = ~all_pos & sp.valid[..., None]
         all_neg[b_p, pm[b_p, flat_p]] = neg_cells
-        terms["sigmoid"] = sigmoid_pooled_loss(out.scores.logits[sp.valid], all_pos[sp.valid], all_neg[sp.valid])
+        # Eq. 3 per cell: an annotated pair's unstated q weighs prod(1 - P(q|p)); a pair nothing was
+        # stated of, 1 - P(q | nothing stated); an asked pair's, 1
+        neg_w = torch.ones_like(out.scores.logits)
+        if space.p_unstated is not None and cfg.pu_discount:
+            neg_w = neg_w * (1 - space.p_unstated[cols].to(neg_w.dtype))
+        if complete is not None:
+            neg_w = torch.where(torch.gather(comp, 1, sp.flat.clamp(min=0))[..., None], torch.ones_like(neg_w), neg_w)
+        neg_w[b_p, pm[b_p, flat_p]] = pair_logw[:, cols].exp().to(neg_w.dtype)
+        terms["sigmoid"] = sigmoid_pooled_loss(out.scores.logits[sp.valid], all_pos[sp.valid], all_neg[sp.valid],
+                                               neg_w[sp.valid])
     # Eq. 5 on every directional group member of each annotation
     mixed = out.scores.mixed
     r_idx, c_idx = torch.nonzero(same, as_tuple=True)

@@ -3,7 +3,9 @@
 Tables (all per image, one row per image, lists inside):
 
 * ``images``      image record + ``boxes`` (+ ``split``).
-* ``corpus``      ``images`` columns + ``relations`` (kept relations, annotator's own strings).
+* ``corpus``      ``images`` columns + ``relations`` (kept relations, annotator's own strings) +
+                  ``asked_pairs`` (the box pairs a VLM pass was asked every relation of, so that
+                  what it left unstated on them is known not to hold; null when no pass asked).
 * ``rejections``  ``image_id`` + ``rejected`` (relation, the gate rule that fired, the pass).
 * ``predictions`` ``image_id`` + ``triplets`` (scored subject/object/predicate with channel scores).
 * ``scene_graphs`` predictions that carry their own objects: ``objects`` (box, label, label score),
@@ -35,7 +37,7 @@ __all__ = [
     "validate_scene_graphs", "scene_graphs_schema", "scene_graph_predicates", "to_table", "one_array",
 ]
 
-PASSES = ("semantic", "grow", "spatial", "topup", "human")
+PASSES = ("semantic", "grow", "spatial", "pairs", "topup", "human")
 GATE_OUTCOMES = ("kept", "swapped", "restated")
 
 BOX_TYPE = pa.struct([
@@ -65,7 +67,11 @@ _IMAGE_FIELDS = [
     pa.field("boxes", pa.list_(BOX_TYPE), nullable=False),
 ]
 IMAGE_SCHEMA = pa.schema(_IMAGE_FIELDS)
-CORPUS_SCHEMA = pa.schema(_IMAGE_FIELDS + [pa.field("relations", pa.list_(RELATION_TYPE), nullable=False)])
+PAIR_TYPE = pa.struct([("subject", pa.int32()), ("object", pa.int32())])
+CORPUS_SCHEMA = pa.schema(_IMAGE_FIELDS + [pa.field("relations", pa.list_(RELATION_TYPE), nullable=False),
+                                           pa.field("asked_pairs", pa.list_(PAIR_TYPE))])
+# columns a table may lack (older files, other writers): filled with nulls when it is cast
+_OPTIONAL_COLUMNS = ("split", "asked_pairs")
 REJECTIONS_SCHEMA = pa.schema([
     pa.field("image_id", pa.string(), nullable=False),
     pa.field("rejected", pa.list_(REJECTION_TYPE), nullable=False),
@@ -80,7 +86,6 @@ OBJECT_TYPE = pa.struct([
     ("x1", pa.float32()), ("y1", pa.float32()), ("x2", pa.float32()), ("y2", pa.float32()),
     ("label", pa.string()), ("score", pa.float32()),
 ])
-PAIR_TYPE = pa.struct([("subject", pa.int32()), ("object", pa.int32())])
 PREDICATES_KEY = b"relate.predicates"  # schema metadata: JSON list naming the pair_scores columns
 # images per Parquet row group when writing scene graphs: one 10k-image group decodes on one core
 # (1.4 s for 40M scores here), groups of 1,000 decode in parallel (0.5 s)
@@ -132,11 +137,12 @@ class _Where:
 def to_table(rows: Iterable[Mapping[str, Any]] | pa.Table, schema: pa.Schema, *, table: str = "table") -> pa.Table:
     """Build a typed table from dicts (or cast an existing one), naming missing columns clearly."""
     if isinstance(rows, pa.Table):
-        missing = [f.name for f in schema if f.name not in rows.column_names and f.name != "split"]
+        missing = [f.name for f in schema if f.name not in rows.column_names and f.name not in _OPTIONAL_COLUMNS]
         if missing:
             raise SchemaError(f"{table}: missing column(s) {missing}; expected {schema.names}")
-        if "split" in schema.names and "split" not in rows.column_names:
-            rows = rows.append_column("split", pa.nulls(rows.num_rows, pa.string()))
+        for name in _OPTIONAL_COLUMNS:
+            if name in schema.names and name not in rows.column_names:
+                rows = rows.append_column(name, pa.nulls(rows.num_rows, schema.field(name).type))
         try:
             return rows.select(schema.names).cast(schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
@@ -277,6 +283,11 @@ def validate_corpus(table: pa.Table, *, name: str = "corpus", allow_self_loops: 
     score = _num(rel, "score")
     present = ~rel.field("score").is_null().to_numpy(zero_copy_only=False)
     _first_bad(present & ~np.isfinite(score), parent, where, "relations.score", "is NaN or infinite", score, child)
+    if "asked_pairs" in table.column_names and table.column("asked_pairs").null_count < table.num_rows:
+        col = one_array(table.column("asked_pairs"))  # null: no pass asked (an empty list: asked of none)
+        col = pc.fill_null(col, pa.scalar([], type=col.type))
+        asked, parent, child = _flatten(col)
+        _check_pairs(asked, parent, child, n_boxes, where, "asked_pairs", False)
 
 
 def validate_rejections(table: pa.Table, n_boxes: Mapping[str, int] | None = None, *, name: str = "rejections") -> None:

@@ -27,7 +27,7 @@ from relate.config import StrictConfig, parse_job_args
 from relate.storage import Location
 
 __all__ = ["CooccurrenceConfig", "CooccurrenceResult", "multi_annotated_sets", "estimate_cooccurrence",
-           "save_cooccurrence", "load_cooccurrence", "main"]
+           "count_on_asked_pairs", "has_asked_pairs", "save_cooccurrence", "load_cooccurrence", "main"]
 
 
 class CooccurrenceConfig(StrictConfig):
@@ -57,6 +57,68 @@ def multi_annotated_sets(table) -> list[set[str]]:
             by_pair.setdefault((r["subject"], r["object"]), set()).add(r["predicate"])
         out += [s for s in by_pair.values() if len(s) > 1]
     return out
+
+
+def has_asked_pairs(table) -> bool:
+    """Whether any image of ``table`` has pairs a pass asked every relation of (the pairs pass)."""
+    return "asked_pairs" in table.column_names and table.column("asked_pairs").null_count < table.num_rows
+
+
+def count_on_asked_pairs(table, strings: Sequence[str], group_of, cap: float = 0.95, min_count: int = 5
+                         ) -> tuple[np.ndarray, np.ndarray, int]:
+    """P(q | p) counted where it can be: on the pairs the pairs pass asked every relation of.
+
+    On such a pair what holds is known (everything stated there by any pass, with what it implies:
+    relate.entailment), and what the other passes said of it is known too, so P(q | p) is the share of
+    the ordered pairs the other passes stated p of (or that p follows from) on which q holds: a count,
+    not a guess from text neighbours or an Elkan-Noto correction. Also returned: P(q | nothing stated),
+    the same share over asked pairs the other passes said nothing of, and the number of asked ordered
+    pairs. Counted per synonym group (``group_of``: string -> group key) and spread over the group's
+    strings; a p stated on fewer than ``min_count`` asked pairs gets no estimate (0: no discount).
+    """
+    from relate.entailment import implied_relations
+    from relate.predicate_knowledge import load_predicate_knowledge
+
+    knowledge = load_predicate_knowledge()
+    first = {}
+    for st in strings:
+        first.setdefault(group_of(st), st)
+
+    def closed(rels: list[tuple[int, int, str]]) -> dict[tuple[int, int], set[str]]:
+        out: dict[tuple[int, int], set[str]] = {}
+        for s, o, f in list(rels) + implied_relations(rels, group_of, lambda g, pref: pref or first.get(g) or
+                                                      (knowledge.groups[g].forms[0] if g in knowledge.groups else None)):
+            out.setdefault((s, o), set()).add(group_of(f))
+        return out
+
+    groups = sorted({group_of(x) for x in strings})
+    gi = {g: i for i, g in enumerate(groups)}
+    co = np.zeros((len(groups), len(groups)))
+    n = np.zeros(len(groups))
+    empty, n_empty, n_pairs = np.zeros(len(groups)), 0, 0
+    for rels, asked in zip(table.column("relations").to_pylist(), table.column("asked_pairs").to_pylist()):
+        if not asked:
+            continue
+        triples = [(r["subject"], r["object"], r["predicate"]) for r in rels]
+        holds = closed(triples)
+        usual = closed([t for t, r in zip(triples, rels) if r["pass"] != "pairs"])
+        for a in asked:
+            for s, o in ((a["subject"], a["object"]), (a["object"], a["subject"])):
+                n_pairs += 1
+                true = [gi[g] for g in holds.get((s, o), ()) if g in gi]
+                said = [gi[g] for g in usual.get((s, o), ()) if g in gi]
+                if not said:
+                    n_empty += 1
+                    empty[true] += 1
+                for p in said:
+                    n[p] += 1
+                    co[p, true] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pg = np.where(n[:, None] >= min_count, co / np.maximum(n[:, None], 1), 0.0)
+    ug = empty / max(n_empty, 1)
+    col = np.array([gi[group_of(x)] for x in strings])
+    return (np.clip(pg[np.ix_(col, col)], 0, cap).astype(np.float32), np.clip(ug[col], 0, cap).astype(np.float32),
+            n_pairs)
 
 
 def estimate_cooccurrence(sets: Sequence[set[str]], strings: Sequence[str], emb: np.ndarray,

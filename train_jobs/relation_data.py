@@ -220,6 +220,7 @@ def build_space(cfg: DataConfig, text_dim: int) -> dict:
     syn = iso.predict(cos.ravel()).reshape(cos.shape).astype(np.float32)
     np.fill_diagonal(syn, 1.0)
     p_cond = _p_cond(cfg, train, strings, full.matrix)
+    p_unstated = _p_unstated(cfg, train, strings)
     sources, scope = _scope_table(cfg, train, strings, keys)
     categories = sorted({b["category"] for bx in train.column("boxes").to_pylist() for b in bx if b["category"]})
     cat_bank = build_bank(categories, encoder_name=cfg.text_encoder).matrix
@@ -231,7 +232,7 @@ def build_space(cfg: DataConfig, text_dim: int) -> dict:
     conditions = condition_columns(strings)
     space = PredicateSpace(t(group.astype(np.int64)), t(inverse), t(pdir), t(p_cond), t(syn),
                            torch.tensor(cols, dtype=torch.long), t(cat_bank), t(_pair_rate(train, categories)),
-                           t(scope), t(family), t(conditions))
+                           t(scope), t(family), t(conditions), t(p_unstated))
     return {"space": space, "bank": bank, "forms": strings, "categories": categories, "n_train": train.num_rows,
             "isotonic_synonym": iso, "sources": sources}
 
@@ -290,8 +291,8 @@ def states_full_truth(corpus_root: str) -> bool:
 
 def _p_cond(cfg: DataConfig, train: pa.Table, strings: list[str], emb: np.ndarray) -> np.ndarray:
     """(V, V) P(q|p) over ``strings`` for Eq. 3: estimated (and cached), read from a file, or zero."""
-    from train_jobs.cooccurrence import (CooccurrenceConfig, estimate_cooccurrence, load_cooccurrence,
-                                         multi_annotated_sets, save_cooccurrence)
+    from train_jobs.cooccurrence import (CooccurrenceConfig, count_on_asked_pairs, estimate_cooccurrence,
+                                         has_asked_pairs, load_cooccurrence, multi_annotated_sets, save_cooccurrence)
 
     p_cond = np.zeros((len(strings), len(strings)), dtype=np.float32)
     if cfg.cooccurrence == "off":
@@ -299,6 +300,11 @@ def _p_cond(cfg: DataConfig, train: pa.Table, strings: list[str], emb: np.ndarra
     if cfg.cooccurrence == "estimate" and states_full_truth(cfg.corpus_root):
         print("P(q|p): the corpus states every relation that holds (a synthetic world with coverage: full), so no "
               "negative is an unlabelled positive: the Eq. 3 discount is zero", flush=True)
+        return p_cond
+    if cfg.cooccurrence == "estimate" and has_asked_pairs(train):
+        p_cond, _, pairs = count_on_asked_pairs(train, strings, lambda x: concept_key(x, cfg.predicates))
+        print(f"P(q|p): counted on the {pairs} ordered pairs the pairs pass asked every relation of "
+              f"(train_jobs.cooccurrence.count_on_asked_pairs)", flush=True)
         return p_cond
     if cfg.cooccurrence == "estimate":
         est = CooccurrenceConfig.model_construct()  # its defaults (neighbours, cap); its paths are not used here
@@ -326,6 +332,16 @@ def _p_cond(cfg: DataConfig, train: pa.Table, strings: list[str], emb: np.ndarra
         if c_strings[r] in pos and c_strings[c] in pos:
             p_cond[pos[c_strings[r]], pos[c_strings[c]]] = v
     return p_cond
+
+
+def _p_unstated(cfg: DataConfig, train: pa.Table, strings: list[str]) -> np.ndarray:
+    """(V,) P(q holds | nothing stated of the pair), counted on the pairs the pairs pass asked about
+    (``train_jobs.cooccurrence.count_on_asked_pairs``); zero without them or a P(q|p) estimate."""
+    from train_jobs.cooccurrence import count_on_asked_pairs, has_asked_pairs
+
+    if cfg.cooccurrence != "estimate" or states_full_truth(cfg.corpus_root) or not has_asked_pairs(train):
+        return np.zeros(len(strings), np.float32)
+    return count_on_asked_pairs(train, strings, lambda x: concept_key(x, cfg.predicates))[1]
 
 
 def _scope_table(cfg: DataConfig, train: pa.Table, strings: list[str], keys: list[str]
@@ -382,7 +398,8 @@ def epoch_order(rows: int, epochs: int, seed: int) -> np.ndarray:
 
 class DecodeStage:
     """Ray Data stage: read, resize and photometrically jitter images; pad boxes and relations; the
-    gate's geometric conditions of every ordered box pair (``relate.gate.pair_conditions``).
+    gate's geometric conditions of every ordered box pair (``relate.gate.pair_conditions``) and which
+    pairs a pass was asked every relation of (``asked_pairs``, both ways: ``complete``).
 
     Works on a pyarrow batch with columns uri, boxes, relations (and source), or, given ``rows`` (the
     row table, shared by every call), on a batch whose ``row`` column indexes it; returns fixed-shape
@@ -434,6 +451,7 @@ class DecodeStage:
 
         out = {"image": np.zeros((len(rows), S, S, 3), np.uint8), "boxes": np.zeros((len(rows), n, 4), np.float32),
                "conditions": np.zeros((len(rows), n * n, len(CONDITIONS)), bool),
+               "complete": np.zeros((len(rows), n * n), bool),
                "box_valid": np.zeros((len(rows), n), bool), "categories": np.full((len(rows), n), -1, np.int64),
                "rels": np.full((len(rows), m, 3), -1, np.int64),
                "source": np.array([self.source_index.get(r.get("source"), 0) for r in rows], np.int64)}
@@ -445,6 +463,9 @@ class DecodeStage:
                 out["boxes"][k, i] = [b["x1"] * sx, b["y1"] * sy, b["x2"] * sx, b["y2"] * sy]
                 out["box_valid"][k, i] = True
                 out["categories"][k, i] = self.cat_index.get(b["category"], -1)
+            for a in r.get("asked_pairs") or ():  # asked every relation of: its unstated cells are negatives
+                if a["subject"] < n and a["object"] < n:
+                    out["complete"][k, a["subject"] * n + a["object"]] = out["complete"][k, a["object"] * n + a["subject"]] = True
             m_k = min(len(r["boxes"]), n)  # what the gate's geometry allows each ordered pair (relate.gate)
             if m_k:
                 cond = np.zeros((n, n, len(CONDITIONS)), bool)

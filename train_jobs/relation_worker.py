@@ -117,7 +117,8 @@ class TrainRunner:
             out = self.model(images, boxes, valid, self.bank_t, force=force_mask(rels, valid.shape[1]))
             terms = relation_objective(out, rels, cats, valid, self.space, cfg.loss,
                                        sources=batch["source"].to(self.device) if "source" in batch else None,
-                                       conditions=batch["conditions"].to(self.device) if "conditions" in batch else None)
+                                       conditions=batch["conditions"].to(self.device) if "conditions" in batch else None,
+                                       complete=batch["complete"].to(self.device) if "complete" in batch else None)
         for g, base in zip(self.opt.param_groups, self.base_lrs):
             g["lr"] = base * self.lr_scale()
         self.opt.zero_grad(set_to_none=True)

@@ -145,7 +145,7 @@ def build_trainer(cfg: TrainRelationConfig):
     # the (small) row table is read and schema-validated once; the heavy work, image decoding,
     # streams through Ray Data. Read tasks would compete with the trainers for the same CPUs.
     table = training_table(cfg.data, quiet=True).select(["image_id", "uri", "width", "height", "boxes",
-                                                         "relations", "source"])
+                                                         "relations", "source", "asked_pairs"])
     dropped, total, images = dropped_by_caps(table, cfg.data)
     if dropped:
         print(f"data caps: {dropped} of {total} training relations ({images} images) are beyond data.max_boxes="

@@ -27,9 +27,10 @@ BUSY_COLUMN = "vlm_busy_s"  # the row's share of its batch's generate wall time 
 class VLMRequest:
     """One call: the marked image (PNG bytes), the rendered prompt, and what it is about.
 
-    ``boxes``, ``reference`` and ``draft`` are context. Real backends ignore them (they only see
-    pixels and text); the scripted annotator of the synthetic world reads ``reference`` (the
-    world's true relations) and ``draft`` (relations proposed by earlier passes).
+    ``boxes``, ``reference``, ``draft`` and ``pairs`` are context. Real backends ignore them (they
+    only see pixels and text); the scripted annotator of the synthetic world reads ``reference``
+    (the world's stated relations), ``draft`` (relations proposed by earlier passes) and ``pairs``
+    (0-based box pairs the pairs pass asks about, also listed in the prompt).
     """
 
     image_png: bytes
@@ -40,6 +41,7 @@ class VLMRequest:
     reference: Sequence[dict] = ()
     draft: Sequence[tuple[int, str, int]] = field(default_factory=tuple)
     id_base: int = 1
+    pairs: Sequence[tuple[int, int]] = ()
 
 
 @dataclass(frozen=True)

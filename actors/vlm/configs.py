@@ -54,6 +54,11 @@ class ScriptedConfig(StrictConfig):
     delay_s: float = Field(0.0, ge=0, description="Sleep per request, to emulate model latency in tests and benchmarks.")
     hard_cases: HardCaseConfig = Field(default_factory=HardCaseConfig,
                                        description="Relations on both sides of each Algorithm 1 threshold, scored per rule.")
+    world: str | None = Field(None, description="The synthetic world folder the images come from: the pairs pass reads "
+                              "what holds of the pairs it is asked about from the world's rules (relate.data.world_truth). "
+                              "The annotation job sets it to its input_dir when the pairs pass is on.")
+    pairs_recall: float = Field(1.0, ge=0, le=1, description="Pairs pass: the probability of stating each relation that "
+                                "holds of an asked pair (1: all of it, as the other passes state all of their reference)")
 
 
 class OpenAIConfig(StrictConfig):

@@ -31,7 +31,7 @@ __all__ = ["ScriptedAnnotator", "ScriptedPlan"]
 # The side a biased annotator states a layout relation from (the left, upper or front object):
 # a relation of the inverse concept is restated with its inverse form.
 _STATED_FROM = ("left_of", "above", "in_front_of")
-_PASS_CODE = {"semantic": 1, "grow": 2, "spatial": 3}
+_PASS_CODE = {"semantic": 1, "grow": 2, "spatial": 3, "pairs": 4}
 
 
 @dataclass
@@ -97,6 +97,34 @@ class ScriptedAnnotator:
             if biased and rng.random() < self.cfg.direction_bias:
                 s, o, p = o, s, inverse_form(p)
             out.append({"subject": s, "object": o, "predicate": p})
+        return out
+
+    def _pairs_truth(self, req: VLMRequest) -> list[dict]:
+        """The pairs pass: what holds of each asked pair, every fact once (from the end the world's
+        truth lists first), each kept with probability ``pairs_recall``, in one of its concept's forms."""
+        if not req.pairs:
+            return []
+        if self.cfg.world is None:
+            raise ValueError("the scripted annotator's pairs pass needs vlm.scripted.world: the synthetic world "
+                             "folder the images come from")
+        from relate.data.world_truth import world_truth
+
+        ((truth, _),) = world_truth(self.cfg.world, [req.image_id], [req.boxes])
+        asked = {(min(a, b), max(a, b)) for a, b in req.pairs}
+        rng = self._rng(req, 1)
+        out, said = [], set()
+        for s, o, c in sorted(truth):
+            if (min(s, o), max(s, o)) not in asked:
+                continue
+            concept = CONCEPTS[c]
+            back = concept.inverse if concept.inverse is not None else (c if concept.symmetric else None)
+            if (o, s, back) in said:
+                continue
+            said.add((s, o, c))
+            if rng.random() >= self.cfg.pairs_recall:
+                continue
+            forms = concept.forms
+            out.append({"subject": int(s), "object": int(o), "predicate": forms[int(rng.integers(len(forms)))]})
         return out
 
     # -- injected errors ------------------------------------------------------------------
@@ -168,11 +196,12 @@ class ScriptedAnnotator:
         """The items (0-based ids) this annotator emits for ``req``, errors labelled."""
         rng = self._rng(req, 2)
         g = _Geo(req.boxes)
-        items = self._truth(req)
-        if req.pass_name == "spatial":
-            items += self._spatial_errors(rng, g, items)
+        if req.pass_name == "pairs":  # errors of both kinds, on the relations it states
+            items = self._pairs_truth(req)
+            items += self._spatial_errors(rng, g, items) + self._semantic_errors(rng, g)
         else:
-            items += self._semantic_errors(rng, g)
+            items = self._truth(req)
+            items += self._spatial_errors(rng, g, items) if req.pass_name == "spatial" else self._semantic_errors(rng, g)
         items += self._common_errors(rng, g, req, items)
         order = rng.permutation(len(items))
         items = [items[int(i)] for i in order] + self._repeats(rng, req, items)

@@ -2,8 +2,8 @@
 
 ``semantic`` asks for actions and interactions with an open vocabulary and forbids layout words;
 ``grow`` adds only new, non-synonym relations to a draft; ``spatial`` asks for depth, contact and
-proximity before left/right (seed 001, App. C.1); ``judge`` asks whether one highlighted relation
-holds (seed 001, §6.5). Placeholders use ``$name`` so the JSON examples need no escaping.
+proximity before left/right (seed 001, App. C.1); ``pairs`` asks for every relation of a few listed
+pairs (``relate.pair_sample``); ``judge`` asks whether one highlighted relation holds (seed 001, §6.5). Placeholders use ``$name`` so the JSON examples need no escaping.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 from string import Template
 from typing import Any, Sequence
 
-__all__ = ["PromptTemplate", "load_prompt", "PROMPT_NAMES", "object_list", "draft_list"]
+__all__ = ["PromptTemplate", "load_prompt", "PROMPT_NAMES", "object_list", "draft_list", "pair_list"]
 
 _DIR = Path(__file__).parent
-PROMPT_NAMES = ("semantic", "grow", "spatial", "judge")
+PROMPT_NAMES = ("semantic", "grow", "spatial", "pairs", "judge")
 
 
 @dataclass(frozen=True)
@@ -62,3 +62,12 @@ def draft_list(relations: Sequence[tuple[int, str, int]], categories: Sequence[s
     def cat(i: int) -> str:
         return (categories[i] if 0 <= i < len(categories) else None) or "object"
     return "\n".join(f"{s + id_base} ({cat(s)}) {p} {o + id_base} ({cat(o)})" for s, p, o in relations)
+
+
+def pair_list(pairs: Sequence[tuple[int, int]], categories: Sequence[str | None], id_base: int = 1) -> str:
+    """One line per pair: ``<a> (<cat>) and <b> (<cat>)``; "(none)" when empty."""
+    if not pairs:
+        return "(none)"
+    def cat(i: int) -> str:
+        return (categories[i] if 0 <= i < len(categories) else None) or "object"
+    return "\n".join(f"{a + id_base} ({cat(a)}) and {b + id_base} ({cat(b)})" for a, b in pairs)

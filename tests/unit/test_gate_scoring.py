@@ -47,7 +47,7 @@ def annotate_with_statistics(records: pa.Table, cfg: AnnotateConfig) -> tuple[li
     counters = {}
     for r in rows:
         counters = merge_counters(counters, json.loads(r["counters_json"]))
-    kept = to_table([{k: r[k] for k in CORPUS_SCHEMA.names} for r in rows], CORPUS_SCHEMA)
+    kept = to_table([{k: r.get(k) for k in CORPUS_SCHEMA.names} for r in rows], CORPUS_SCHEMA)
     rej = to_table([{"image_id": r["image_id"], "rejected": r["rejected"]} for r in rows], REJECTIONS_SCHEMA)
     return rows, kept, annotation_statistics(kept, rej, counters)
 

@@ -274,14 +274,57 @@ def test_gate_negatives_push_down_only_what_the_boxes_rule_out():
     assert got["total"].item() == pytest.approx(want, abs=1e-5)
 
 
-def test_sampled_sigmoid_rows_weigh_every_unstated_cell_alike():
-    """``sigmoid_rows='sampled'``: the two unannotated kept pairs (1, 0) and (2, 0) join as rows of
-    negatives only; the 5 positive cells of the batch give the 37 negative cells one shared weight."""
-    out, rels, cats, valid = _batch()
-    got = relation_objective(out, rels, cats, valid, _space(), _only("sigmoid", sigmoid_rows="sampled"))
+def _sampled_by_hand(weight) -> float:
     positives = {0: {ON, ATOP}, 2: {HOLDING}, 4: {NEAR}, 5: {UNDER}}
     pos = [(r, c) for r, cs in positives.items() for c in cs]
     neg = [(r, c) for r in range(6) for c in range(7) if c not in positives.get(r, set())]
     assert len(pos) == 5 and len(neg) == 37
-    want = (sum(_bce(LOGITS[r][c], 1) for r, c in pos) + 5 / 37 * sum(_bce(LOGITS[r][c], 0) for r, c in neg)) / 10
-    assert got["sigmoid"].item() == pytest.approx(want, abs=1e-5)
+    total = sum(weight(r, c) for r, c in neg)
+    return (sum(_bce(LOGITS[r][c], 1) for r, c in pos)
+            + 5 / total * sum(weight(r, c) * _bce(LOGITS[r][c], 0) for r, c in neg)) / 10
+
+
+def test_sampled_sigmoid_rows_weigh_unstated_cells_by_eq3():
+    """``sigmoid_rows='sampled'``: the two unannotated kept pairs (1, 0) and (2, 0) join as rows of
+    negatives only, and the 37 negative cells share the 5 positives' weight in proportion to how surely
+    each is false: on an annotated pair prod(1 - P(q|p)) (Eq. 3: "near" on the "on" pair 0.6; "on" and
+    "holding" on the "near" pair 0.8 and 0.5; the inverse "under" of "on" keeps 1), on an unannotated
+    pair 1 - P(q | nothing stated) ("touching": 0.5), on a pair a pass was asked every relation of 1."""
+    out, rels, cats, valid = _batch()
+    space = _space()
+    space.p_unstated = torch.zeros(7)
+    space.p_unstated[TOUCHING] = 0.5
+    disc = {(0, NEAR): 1 - P_NEAR_GIVEN_ON, (4, ON): 1 - P_ON_GIVEN_NEAR, (4, HOLDING): 1 - P_HOLDING_GIVEN_NEAR}
+
+    def weight(complete_rows):
+        def w(r, c):
+            if r in complete_rows:
+                return 1.0
+            if r in (1, 3):  # unannotated
+                return 0.5 if c == TOUCHING else 1.0
+            return disc.get((r, c), 1.0)
+        return w
+
+    got = relation_objective(out, rels, cats, valid, space, _only("sigmoid", sigmoid_rows="sampled"))
+    assert got["sigmoid"].item() == pytest.approx(_sampled_by_hand(weight(())), abs=1e-5)
+    complete = torch.zeros(1, N * N, dtype=torch.bool)
+    complete[0, [0 * N + 1, 1 * N + 0]] = True  # the pair {0, 1} was asked about, both ways
+    got = relation_objective(out, rels, cats, valid, space, _only("sigmoid", sigmoid_rows="sampled"), complete=complete)
+    assert got["sigmoid"].item() == pytest.approx(_sampled_by_hand(weight((0, 1))), abs=1e-5)
+    plain = relation_objective(out, rels, cats, valid, space, _only("sigmoid", sigmoid_rows="sampled", pu_discount=False))
+    assert plain["sigmoid"].item() == pytest.approx(_sampled_by_hand(lambda r, c: 1.0), abs=1e-5)
+
+
+def test_an_asked_pair_has_no_eq3_discount_in_the_infonce():
+    """The "on" pair (0, 1) asked about: its row's "near" negative is no longer discounted."""
+    out, rels, cats, valid = _batch()
+    complete = torch.zeros(1, N * N, dtype=torch.bool)
+    complete[0, [1, 3]] = True
+    got = relation_objective(out, rels, cats, valid, _space(), _only("infonce"), complete=complete)
+    L = LOGITS
+    r1 = _row([(L[0][ON], 1.0), (L[0][ATOP], SYN_ON_ATOP)], [(L[0][HOLDING], 1.0), (L[0][UNDER], 1.0), (L[0][NEAR], 1.0)])
+    r2 = _row([(L[2][HOLDING], 1.0)], [(L[2][ON], 1.0), (L[2][UNDER], 1.0), (L[2][NEAR], 1.0)])
+    r3 = _row([(L[4][NEAR], 1.0)], [(L[4][ON], 1 - P_ON_GIVEN_NEAR), (L[4][HOLDING], 1 - P_HOLDING_GIVEN_NEAR),
+                                     (L[4][UNDER], 1.0)])
+    r4 = _row([(L[5][UNDER], 1.0)], [(L[5][ON], 1.0), (L[5][HOLDING], 1.0), (L[5][NEAR], 1.0)])
+    assert got["infonce"].item() == pytest.approx((r1 + r2 + r3 + r4) / 4, abs=1e-5)

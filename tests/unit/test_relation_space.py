@@ -177,3 +177,43 @@ def test_family_scope_is_one_family_on_a_world_that_states_its_full_truth(tmp_pa
     s = ids["stated"]
     assert s[0] == s[1] and s[3] == s[4] and s[5] == s[6] and len({s[0], s[2], s[3], s[5]}) == 4
     assert ids["full"] == [0] * len(keys)
+
+
+def test_p_cond_is_counted_on_the_pairs_a_pass_was_asked_about():
+    """Image 1 states "left of" on (0, 1) in the spatial pass; the pairs pass, asked about {0, 1}, adds
+    "near". Image 2 says the same of its (0, 1) but the asked pair holds nothing more. Image 3's asked
+    pair {1, 2} has no relation at all. Counted per ordered pair, with what each statement implies:
+    P(near | left of) = P(near | right of) = 1/2, P(right of | left of) = 0 (never on the same ordered
+    pair), P(near | nothing stated) = 0 over image 3's two ordered pairs; an image with no asked pair
+    counts nothing."""
+    from train_jobs.cooccurrence import count_on_asked_pairs, has_asked_pairs
+    from train_jobs.relation_data import concept_key
+
+    def rel(s, o, p, ps):
+        return {"subject": s, "object": o, "predicate": p, "pass": ps}
+
+    rows = [[rel(0, 1, "left of", "spatial"), rel(0, 1, "near", "pairs"), rel(0, 1, "left of", "pairs")],
+            [rel(0, 1, "left of", "spatial")], [], [rel(0, 1, "near", "spatial")]]
+    asked = [[{"subject": 0, "object": 1}], [{"subject": 0, "object": 1}], [{"subject": 1, "object": 2}], None]
+    table = pa.table({"relations": rows, "asked_pairs": asked})
+    assert has_asked_pairs(table) and not has_asked_pairs(table.slice(3))
+    strings = ["left of", "right of", "near", "next to"]
+    p, empty, pairs = count_on_asked_pairs(table, strings, lambda x: concept_key(x, "synthetic_lexicon"), min_count=1)
+    i = {s: k for k, s in enumerate(strings)}
+    assert pairs == 6
+    assert p[i["left of"], i["near"]] == pytest.approx(0.5) and p[i["right of"], i["next to"]] == pytest.approx(0.5)
+    assert p[i["left of"], i["right of"]] == 0.0
+    assert empty.tolist() == [0.0, 0.0, 0.0, 0.0]
+    p5, _, _ = count_on_asked_pairs(table, strings, lambda x: concept_key(x, "synthetic_lexicon"), min_count=5)
+    assert not p5.any()  # too few asked pairs stated "left of" to count on
+
+
+def test_decode_marks_asked_pairs_complete_both_ways(tmp_path):
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
+    boxes = [{"x1": 0.0, "y1": 0.0, "x2": 4.0, "y2": 4.0, "category": "cup"}] * 3
+    row = {"uri": str(tmp_path / "a.png"), "width": 8, "height": 8, "boxes": boxes, "relations": [], "source": "x",
+           "asked_pairs": [{"subject": 0, "object": 2}]}
+    got = DecodeStage(16, DataConfig(photometric=0.0, max_boxes=3), ["on"], ["cup"])(pa.Table.from_pylist([row]))
+    assert sorted(np.flatnonzero(got["complete"][0]).tolist()) == [0 * 3 + 2, 2 * 3 + 0]
