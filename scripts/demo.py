@@ -167,8 +167,15 @@ def stage_train(steps: int) -> str:
     t = res.test
     fams = sorted(k.split("/")[-1][:-3] for k in t if k.startswith("model/truth/family/") and k.endswith("_ap"))
     if fams:
-        say("  test split, AP against every relation that holds: "
-            + ", ".join(f"{f} {t[f'model/truth/family/{f}_ap']:.2f}" for f in fams))
+        # what the model knows against what it was told: the share of each family's truth the
+        # annotated training split states (train_jobs.learning_curve.source_coverage)
+        from train_jobs.learning_curve import source_coverage
+
+        with captured(LOGS / "train.log"):
+            told = source_coverage(str(RUN / "annotated"), str(RUN / "synthetic"))
+        say("  test split, AP against every relation that holds (in brackets: the share of it the annotation states):")
+        say("    " + ", ".join(f"{f} {t[f'model/truth/family/{f}_ap']:.2f} ({told.get(f, {}).get('covered', float('nan')):.0%})"
+                            for f in fams))
         say(f"  top-10 precision {t.get('model/truth/top10_precision', float('nan')):.2f}; "
             f"mR@50 of the stated relations {t.get('model/syn_nogc/mR@50', float('nan')):.2f} "
             f"(frequency baseline {t.get('baseline/syn_nogc/mR@50', float('nan')):.2f})")
