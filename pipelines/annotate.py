@@ -125,9 +125,11 @@ class AnnotateConfig(StrictConfig):
         if self.vlm.backend == "vllm" and self.generate.resources.num_gpus == 0:
             raise ValueError("vlm.backend=vllm runs an engine per GPU (fraction): set generate.resources.num_gpus "
                              "(e.g. 1, or 0.5 to pack two engines on one GPU)")
-        if self.pairs_per_image and self.vlm.backend == "scripted" and self.vlm.scripted.world is None \
-                and self.images is None:  # the scripted pairs pass reads the world the images come from
-            self.vlm.scripted.world = str(self.input_dir)
+        if self.pairs_per_image and self.vlm.backend == "scripted" and self.vlm.scripted.world is None:
+            if self.images is not None:
+                raise ValueError("the scripted annotator answers the pairs pass from a synthetic world's rules; "
+                                 "your own images have none: set pairs_per_image=0 or use a VLM backend")
+            self.vlm.scripted.world = str(self.input_dir)  # the world the images come from
         return self
 
     @property
