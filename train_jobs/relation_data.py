@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -22,8 +23,8 @@ from relate.data.predicate_split import check_no_leak, held_out, load_predicate_
 from relate.storage import Location, LocationValue, under_root
 from relate.losses import PredicateSpace, fit_synonym_weighting
 
-__all__ = ["DataConfig", "HoldOutConfig", "build_space", "family_ids", "training_table", "DecodeStage", "epoch_order", "concept_key", "concept_family",
-           "dropped_by_caps"]
+__all__ = ["DataConfig", "HoldOutConfig", "build_space", "family_ids", "training_table", "DecodeStage", "DECODED_KEYS", "epoch_order", "concept_key",
+           "concept_family", "dropped_by_caps"]
 
 
 class HoldOutConfig(StrictConfig):
@@ -59,7 +60,8 @@ class DataConfig(StrictConfig):
         None, description="OvR-SGG compliant training: the split's novel predicates and their synonym groups are "
         "removed from the training relations and the text space, and the run refuses to start if any form of "
         "one is left (a leak check over the bank, the space and the relations)")
-    cache_dir: str = Field("~/.cache/relate", description="where estimated P(q|p) files are cached")
+    cache_dir: str = Field("~/.cache/relate", description="where estimated P(q|p) files and the decode cache "
+                           "(data.decode_cache) are kept")
     source_scopes: dict[str, list[str] | Literal["observed"]] = Field(
         default_factory=dict, description="App. B.1: per corpus `source`, what it annotates: predicate families "
         "(synthetic lexicon), synonym-group keys or strings, or 'observed' (the groups that source annotates in "
@@ -77,6 +79,13 @@ class DataConfig(StrictConfig):
     block_rows: int = Field(64, ge=1, description="training rows a Ray Data block holds (one decode task's output), so "
                             "the stream's first batch waits for one block to decode, not for the whole table")
     decode_cpus: float = Field(0.25, gt=0, description="CPUs per decode task (fractional on small machines)")
+    decode_cache: bool = Field(False, description="decode each training row once, before the first step, into "
+                               "memory-mapped arrays under cache_dir/decoded/ that every epoch and every later run "
+                               "over the same rows and settings reads instead (train_jobs.decode_cache; bit for bit "
+                               "what decoding gives). With photometric jitter the pictures are still decoded at each "
+                               "visit, each drawing its own jitter. The folder must be readable where the decode "
+                               "tasks run: a shared filesystem on a multi-node cluster. For small pictures (the CPU "
+                               "recipes' 96-112 px: about 28 KB a row)")
 
     @field_validator("text_encoder")
     @classmethod
@@ -396,6 +405,22 @@ def epoch_order(rows: int, epochs: int, seed: int) -> np.ndarray:
     return np.concatenate([np.random.default_rng([seed, e]).permutation(rows) for e in range(epochs)])
 
 
+@contextmanager
+def _one_thread():
+    """torch computes on one intra-op thread inside the block, as a data-loading worker does: a decode
+    task's tensors are a few kilobytes, and several threads each waiting on cores the trainer holds made
+    ``prepare_image``'s small ops cost milliseconds each (a 64-row block: 1.27 s on two threads against
+    0.16 s on one, beside a training run on a 2-core machine)."""
+    threads = torch.get_num_threads()
+    if threads != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads != 1:
+            torch.set_num_threads(threads)
+
+
 class DecodeStage:
     """Ray Data stage: read, resize and photometrically jitter images; pad boxes and relations; the
     gate's geometric conditions of every ordered box pair (``relate.gate.pair_conditions``) and which
@@ -403,13 +428,20 @@ class DecodeStage:
 
     Works on a pyarrow batch with columns uri, boxes, relations (and source), or, given ``rows`` (the
     row table, shared by every call), on a batch whose ``row`` column indexes it; returns fixed-shape
-    arrays, ``source`` as the row of the predicate space's scope table.
+    arrays, ``source`` as the row of the predicate space's scope table. Given ``cache`` as well (the
+    ``train_jobs.decode_cache.DecodedRows`` built from the same row table and settings), a row's arrays
+    are read from it instead of decoded, bit for bit what decoding gives; the image is decoded (and
+    jittered) here only where ``data.photometric`` draws a new jitter each visit.
     Only photometric changes are applied: a flip would silently falsify left/right labels.
     """
 
     def __init__(self, size: int, data: DataConfig, forms: list[str], categories: list[str], seed: int = 0,
-                 sources: list[str] | None = None, keep_aspect: bool = False, rows: pa.Table | None = None) -> None:
+                 sources: list[str] | None = None, keep_aspect: bool = False, rows: pa.Table | None = None,
+                 cache=None) -> None:
         self.size, self.cfg, self.keep_aspect, self.rows = size, data, keep_aspect, rows
+        if cache is not None and (rows is None or cache.rows != rows.num_rows):
+            raise ValueError("a decode cache is indexed by the row table's positions: pass the rows it was built from")
+        self.cache = cache
         self.form_index = {f: i for i, f in enumerate(forms)}
         self.cat_index = {c: i for i, c in enumerate(categories)}
         self.source_index = {s: i for i, s in enumerate(sources or ["*"])}  # an unlisted source: row 0
@@ -440,34 +472,51 @@ class DecodeStage:
         grey = img.mean(0, keepdim=True)
         return ((img - grey) * sat + grey).clamp(0, 1)
 
-    def __call__(self, batch: pa.Table) -> dict[str, np.ndarray]:
-        from relate.api import input_scale, prepare_image
+    def _image(self, uri: str) -> np.ndarray:
+        """One picture as the model's (S, S, 3) uint8 input, jittered where data.photometric says."""
+        from relate.api import prepare_image
 
-        n, m, S = self.cfg.max_boxes, self.cfg.max_relations, self.size
-        if self.rows is not None:
-            batch = self.rows.take(batch.column("row"))
-        rows = batch.to_pylist()
+        img = self._jitter(prepare_image(uri, self.size, keep_aspect=self.keep_aspect))
+        return (img.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+
+    def __call__(self, batch: pa.Table) -> dict[str, np.ndarray]:
+        with _one_thread():
+            if self.cache is not None:
+                return self._from_cache(batch.column("row"))
+            if self.rows is not None:
+                batch = self.rows.take(batch.column("row"))
+            return self.decode(batch.to_pylist())
+
+    def decode(self, rows: list[dict], images: bool = True) -> dict[str, np.ndarray]:
+        """Corpus rows (dicts with uri, width, height, boxes, relations, source) -> the batch arrays
+        (without ``image`` when not ``images``)."""
+        from relate.api import input_scale
         from relate.gate import CONDITIONS, pair_conditions
 
+        n, m, S = self.cfg.max_boxes, self.cfg.max_relations, self.size
         out = {"image": np.zeros((len(rows), S, S, 3), np.uint8), "boxes": np.zeros((len(rows), n, 4), np.float32),
                "conditions": np.zeros((len(rows), n * n, len(CONDITIONS)), bool),
                "complete": np.zeros((len(rows), n * n), bool),
                "box_valid": np.zeros((len(rows), n), bool), "categories": np.full((len(rows), n), -1, np.int64),
                "rels": np.full((len(rows), m, 3), -1, np.int64),
                "source": np.array([self.source_index.get(r.get("source"), 0) for r in rows], np.int64)}
+        if not images:
+            del out["image"]
         for k, r in enumerate(rows):
-            img = self._jitter(prepare_image(r["uri"], S, keep_aspect=self.keep_aspect))
-            out["image"][k] = (img.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+            if images:
+                out["image"][k] = self._image(r["uri"])
             sx, sy = input_scale(r["height"], r["width"], S, self.keep_aspect)
-            for i, b in enumerate(r["boxes"][:n]):
-                out["boxes"][k, i] = [b["x1"] * sx, b["y1"] * sy, b["x2"] * sx, b["y2"] * sy]
-                out["box_valid"][k, i] = True
-                out["categories"][k, i] = self.cat_index.get(b["category"], -1)
+            boxes = r["boxes"][:n]
+            m_k = len(boxes)
             for a in r.get("asked_pairs") or ():  # asked every relation of: its unstated cells are negatives
                 if a["subject"] < n and a["object"] < n:
                     out["complete"][k, a["subject"] * n + a["object"]] = out["complete"][k, a["object"] * n + a["subject"]] = True
-            m_k = min(len(r["boxes"]), n)  # what the gate's geometry allows each ordered pair (relate.gate)
-            if m_k:
+            if m_k:  # float64 products rounded once to float32, as the scalar arithmetic was
+                xy = np.array([[b["x1"], b["y1"], b["x2"], b["y2"]] for b in boxes], np.float64)
+                out["boxes"][k, :m_k] = xy * np.array([sx, sy, sx, sy])
+                out["box_valid"][k, :m_k] = True
+                out["categories"][k, :m_k] = [self.cat_index.get(b["category"], -1) for b in boxes]
+                # what the gate's geometry allows each ordered pair (relate.gate)
                 cond = np.zeros((n, n, len(CONDITIONS)), bool)
                 cond[:m_k, :m_k] = pair_conditions(out["boxes"][k, :m_k])
                 out["conditions"][k] = cond.reshape(n * n, -1)
@@ -480,3 +529,15 @@ class DecodeStage:
             if kept:
                 out["rels"][k, : len(kept)] = np.array(kept)
         return out
+
+    def _from_cache(self, row: pa.Array) -> dict[str, np.ndarray]:
+        out = self.cache.take(np.asarray(row.to_numpy(), np.int64))
+        if "image" not in out:  # a new jitter each visit: decoded here, in the stream's order
+            uris = self.rows.column("uri").take(row).to_pylist()
+            out["image"] = np.stack([self._image(u) for u in uris]) if uris else \
+                np.zeros((0, self.size, self.size, 3), np.uint8)
+        return {k: out[k] for k in DECODED_KEYS}
+
+
+# the arrays a decoded batch holds, in this order
+DECODED_KEYS = ("image", "boxes", "conditions", "complete", "box_valid", "categories", "rels", "source")

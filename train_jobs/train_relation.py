@@ -42,7 +42,7 @@ from train_jobs.relation_worker import train_loop_per_worker
 from train_jobs.run_files import PROGRESS_LOG, RunError, RunState, new_run_name
 
 __all__ = ["OptimConfig", "RunSettings", "TrainRelationConfig", "TrainRelationResult", "build_trainer", "train_dataset",
-           "ResumableStream", "main",
+           "decode_stage_kwargs", "ResumableStream", "main",
            "resolve_storage_path", "progress_file", "RunError", "RunState", "new_run_name", "plan_run", "parse_args"]
 
 
@@ -82,10 +82,17 @@ def plan_run(cfg: TrainRelationConfig) -> RunState:
                               unique=cfg.run.unique_name)
 
 
-def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int, start_step: int = 0):
+def decode_stage_kwargs(cfg: TrainRelationConfig, table, space: dict) -> dict:
+    """``DecodeStage``'s arguments for this run's row table (what the stream and its decode cache share)."""
+    return dict(size=cfg.model.backbone.img_size, data=cfg.data, forms=space["forms"], categories=space["categories"],
+                seed=cfg.run.seed, sources=space["sources"], keep_aspect=cfg.model.backbone.keep_aspect, rows=table)
+
+
+def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int, start_step: int = 0, cache=None):
     """The training stream: every row index the run's steps from ``start_step`` to ``total_steps`` need
     (``epoch_order``: one permutation of the row table an epoch, from ``run.seed``), in blocks of
-    ``data.block_rows``, decoded by ``DecodeStage`` from the row table it holds.
+    ``data.block_rows``, decoded by ``DecodeStage`` from the row table it holds, or read from the
+    decode cache ``cache`` (``train_jobs.decode_cache.DecodedRows``, built by ``build_trainer``).
 
     One stream for the whole run, not one execution an epoch: each execution of a Ray Data dataset
     starts its pipeline again (a new decode actor, its imports, its first block), and with the row table
@@ -107,9 +114,7 @@ def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int
     ds = ray.data.from_items([{"row": int(i)} for i in order],
                              override_num_blocks=max(1, math.ceil(len(order) / cfg.data.block_rows)))
     ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
-    stage_kwargs = dict(size=cfg.model.backbone.img_size, data=cfg.data,
-                        forms=space["forms"], categories=space["categories"], seed=cfg.run.seed,
-                        sources=space["sources"], keep_aspect=cfg.model.backbone.keep_aspect, rows=table)
+    stage_kwargs = {**decode_stage_kwargs(cfg, table, space), "cache": cache}
     return ds.map_batches(DecodeStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
                           batch_size=cfg.optim.batch_size,
                           compute=ray.data.ActorPoolStrategy(size=cfg.data.decode_concurrency),
@@ -129,10 +134,11 @@ class ResumableStream:
     space: dict
     total_steps: int
     storage: str
+    cache: object = None  # the decode cache (data.decode_cache): a train_jobs.decode_cache.DecodedRows
 
     def __call__(self):
         start = run_files.latest_step(self.storage, self.cfg.run.name)
-        return train_dataset(self.cfg, self.table, self.space, self.total_steps, start_step=start)
+        return train_dataset(self.cfg, self.table, self.space, self.total_steps, start_step=start, cache=self.cache)
 
 
 def build_trainer(cfg: TrainRelationConfig):
@@ -154,7 +160,12 @@ def build_trainer(cfg: TrainRelationConfig):
     per_step = cfg.optim.batch_size * cfg.run.num_workers
     total = cfg.optim.max_steps or cfg.optim.epochs * max(1, space["n_train"] // per_step)
     storage = resolve_storage_path(cfg.run.storage_path)
-    stream = ResumableStream(cfg, table, space, int(total), storage)
+    cache = None
+    if cfg.data.decode_cache:  # decode every row once now, while the trainer does not yet hold the cores
+        from train_jobs.decode_cache import ensure_decode_cache
+
+        cache = ensure_decode_cache(decode_stage_kwargs(cfg, table, space), cfg.data.cache_dir)
+    stream = ResumableStream(cfg, table, space, int(total), storage, cache)
     if cfg.run.resume:
         run_files.refuse_finished(storage, cfg.run.name, int(total))
     run_config = ray.train.RunConfig(

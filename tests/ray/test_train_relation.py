@@ -92,10 +92,13 @@ def test_rerun_starts_a_new_run_and_resume_continues_the_old_one(ray_session, co
     def cfg(name, steps, **run):
         c = _cfg(corpus, tmp_path, name, **run)
         c.optim.max_steps = steps
+        c.data.decode_cache = True  # decoded once, by the first run, before its first step
         return c
 
     first = main(cfg("fixed", 2))
+    assert "decode cache: 32 rows decoded once" in capsys.readouterr().out
     again = main(cfg("fixed", 2))
+    assert "decode cache: reading 32 decoded rows" in capsys.readouterr().out
     assert first.run != again.run and {first.run[:6], again.run[:6]} == {"fixed-"}
     assert first.metrics["step"] == again.metrics["step"] == 2 and again.metrics["resumed_from_step"] == 0
     assert first.checkpoint.startswith(str(tmp_path / first.run)) and again.checkpoint.startswith(str(tmp_path / again.run))
@@ -180,6 +183,39 @@ def test_training_stream_holds_each_row_once_an_epoch_for_the_whole_run(ray_sess
     out = DecodeStage(*args, rows=table)(pa.table({"row": np.array([3, 0])}))
     assert (out["boxes"] == direct[[3, 0]]).all()
     assert (out["rels"] == DecodeStage(*args)(table.take([3, 0]))["rels"]).all()
+
+
+def test_the_decode_cache_built_by_ray_data_streams_what_decoding_streams(ray_session, corpus, tmp_path):
+    """The cache train_relation builds before the first step (Ray Data, one decode actor a free CPU) holds
+    what decoding in process gives, bit for bit, and the training stream read from it hands the trainer
+    the batches the decoding stream does: the same rows, pictures, boxes, conditions and relations."""
+    from collections import Counter
+
+    import numpy as np
+
+    from train_jobs.decode_cache import decode_in_process, ensure_decode_cache
+    from train_jobs.relation_data import DECODED_KEYS, build_space, training_table
+    from train_jobs.train_relation import decode_stage_kwargs, train_dataset
+
+    cfg = _cfg(corpus, tmp_path, "cached")
+    cfg.data.block_rows, cfg.data.photometric, cfg.data.implied_relations = 8, 0.0, True
+    space = build_space(cfg.data, cfg.model.text_dim)
+    table = training_table(cfg.data, quiet=True)
+    kwargs = decode_stage_kwargs(cfg, table, space)
+    cache = ensure_decode_cache(kwargs, str(tmp_path / "ray"))
+    by_ray = cache.arrays
+    here = ensure_decode_cache(kwargs, str(tmp_path / "here"), decode=decode_in_process).arrays
+    assert sorted(by_ray) == sorted(DECODED_KEYS)
+    assert all(np.array_equal(by_ray[k], here[k]) for k in DECODED_KEYS)
+
+    def rows(ds):
+        return Counter(b"".join(batch[k][i].tobytes() for k in DECODED_KEYS)
+                       for batch in ds.iter_batches(batch_size=None, batch_format="numpy")
+                       for i in range(len(batch["boxes"])))
+
+    cached = rows(train_dataset(cfg, table, space, 12, cache=cache))
+    assert cached == rows(train_dataset(cfg, table, space, 12))
+    assert len(cached) == len(table) and len(set(cached.values())) == 1  # every row, each as often
 
 
 @pytest.mark.timeout(300)  # a factory that waits for a CPU the workers hold hangs: fail, do not hang
