@@ -43,20 +43,34 @@ def reports_at(step: int, total: int, run) -> bool:
 
 
 class _EMA:
-    """Exponential moving average of the floating-point state, warmed up as (1 + t) / (10 + t)."""
+    """Exponential moving average of the floating-point state, warmed up as (1 + t) / (10 + t).
+
+    One multi-tensor op per update instead of two per tensor (cpu_long's 230 state tensors: 460
+    small ops a step from Python); elementwise the same ``mul_`` then ``add_``, so the same numbers."""
 
     def __init__(self, model: torch.nn.Module, decay: float) -> None:
         self.decay = decay
         self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self._pairs: tuple | None = None  # (state dict it was built for, float EMA, float model, other EMA, other model)
+
+    def _tensors(self, model: torch.nn.Module) -> tuple:
+        if self._pairs is None or self._pairs[0] is not self.state:  # built again after load_checkpoint's state
+            live = {k: v.detach() for k, v in model.state_dict().items()}
+            fl = [k for k, v in live.items() if v.dtype.is_floating_point]
+            other = [k for k in live if k not in set(fl)]
+            self._pairs = (self.state, [self.state[k] for k in fl], [live[k] for k in fl],
+                           [self.state[k] for k in other], [live[k] for k in other])
+        return self._pairs
 
     @torch.no_grad()
     def update(self, model: torch.nn.Module, step: int) -> None:
         d = min(self.decay, (1 + step) / (10 + step))
-        for k, v in model.state_dict().items():
-            if v.dtype.is_floating_point:
-                self.state[k].mul_(d).add_(v.detach(), alpha=1 - d)
-            else:
-                self.state[k].copy_(v)
+        _, ema, live, ema_other, live_other = self._tensors(model)
+        if ema:
+            torch._foreach_mul_(ema, d)
+            torch._foreach_add_(ema, live, alpha=1 - d)
+        for e, v in zip(ema_other, live_other):
+            e.copy_(v)
 
 
 class TrainRunner:
@@ -123,7 +137,8 @@ class TrainRunner:
             g["lr"] = base * self.lr_scale()
         self.opt.zero_grad(set_to_none=True)
         terms["total"].backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), cfg.optim.grad_clip)
+        # multi-tensor norms and scaling: per tensor the same ops (the same numbers) without a Python loop
+        gnorm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), cfg.optim.grad_clip, foreach=True)
         self.opt.step()
         self.step += 1
         self.ema.update(self.raw, self.step)

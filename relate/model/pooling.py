@@ -13,15 +13,25 @@ from torch import nn
 from relate.geometry import contact_box, union_box
 from relate.model.queries import RegionQueryPool
 
-__all__ = ["PairRegionPool", "gather_pairs"]
+__all__ = ["PairRegionPool", "gather_pairs", "take_rows"]
+
+
+def take_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x (B, N, ...) and idx (B, K) long in [0, N) -> (B, K, ...): row idx[b, k] of image b.
+
+    Whole rows copied by one ``index_select`` over the (B * N) rows, where ``torch.gather`` with an
+    index expanded over the trailing dims reads one index per element: the same values and, backward,
+    the same sums in the same order, at a fraction of the cost for wide rows (a region pixel cue's
+    (64 x 64) colour maps of every box, to every pair: 160 ms forward and backward on one thread
+    against 30)."""
+    b, n = x.shape[:2]
+    rows = idx + torch.arange(b, device=idx.device, dtype=idx.dtype)[:, None] * n
+    return x.reshape(b * n, *x.shape[2:]).index_select(0, rows.reshape(-1)).view(b, idx.shape[1], *x.shape[2:])
 
 
 def gather_pairs(x: torch.Tensor, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (B, N, ...) and pairs (B, P, 2) long -> subject and object rows (B, P, ...)."""
-    idx_s = pairs[..., 0].clamp(min=0)
-    idx_o = pairs[..., 1].clamp(min=0)
-    expand = lambda i: i.view(*i.shape, *([1] * (x.dim() - 2))).expand(*i.shape, *x.shape[2:])  # noqa: E731
-    return torch.gather(x, 1, expand(idx_s)), torch.gather(x, 1, expand(idx_o))
+    """x (B, N, ...) and pairs (B, P, 2) long -> subject and object rows (B, P, ...) (padding: row 0)."""
+    return take_rows(x, pairs[..., 0].clamp(min=0)), take_rows(x, pairs[..., 1].clamp(min=0))
 
 
 class PairRegionPool(nn.Module):

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from relate.geometry import N_PAIR_FEATURES
+from relate.model.pooling import take_rows
 
 __all__ = ["PairSampler", "SampledPairs", "candidate_grid"]
 
@@ -67,8 +68,7 @@ class PairSampler(nn.Module):
         geo_logits = self.geometry(g_all).squeeze(-1)
         idx1, ok1 = _select(geo_logits, geo_valid, force, self.geometry_keep)
         g1 = torch.gather(g_all, 1, idx1[..., None].expand(-1, -1, g_all.shape[-1]))
-        vs = torch.gather(v, 1, (idx1 // n)[..., None].expand(-1, -1, v.shape[-1]))
-        vo = torch.gather(v, 1, (idx1 - idx1 // n * n)[..., None].expand(-1, -1, v.shape[-1]))
+        vs, vo = take_rows(v, idx1 // n), take_rows(v, idx1 - idx1 // n * n)
         rel_logits = self.related(torch.cat([vs, vo, g1], dim=-1)).squeeze(-1)
         f1 = torch.gather(force, 1, idx1) if force is not None else None
         idx2, ok2 = _select(rel_logits.masked_fill(~ok1, float("-inf")), ok1, f1, self.learned_keep)
