@@ -520,6 +520,11 @@ def main(cfg: AnnotateConfig) -> AnnotateResult:
         require_corpus(cfg.input_dir, "annotation input (image records)", MAKE_WORLD, cfg.splits)
     else:
         require_path(cfg.images.boxes_file, "annotation input (boxes file)", "your own JSON Lines file: docs/jobs/annotation.md")
+    if cfg.pairs_per_image and cfg.vlm.backend == "scripted":  # it answers the pairs pass from the world's rules
+        from relate.data.world_truth import WORLD_CONFIG
+
+        require_path(Path(cfg.vlm.scripted.world) / WORLD_CONFIG, "the world's rules the scripted pairs pass answers from",
+                     MAKE_WORLD.replace("{path}", str(cfg.vlm.scripted.world)) + "; or pairs_per_image=0")
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "annotate_config.yaml")

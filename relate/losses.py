@@ -2,8 +2,10 @@
 
 Every term is a pure function of tensors so it can be checked on hand-computed cases:
 InfoNCE over predicate slots with synonym-group positives (weighted mean) and PU-discounted
-negatives (Eq. 3), the per-cell sigmoid auxiliary with mass-balanced negatives, the swap hinge
-(Eq. 5), background suppression, object-text grounding, and the two sampler losses.
+negatives (Eq. 3), the per-cell sigmoid auxiliary with mass-balanced negatives (over the annotated
+pairs, or over every sampled pair with Eq. 3 weights per cell), the swap hinge (Eq. 5), background
+suppression, object-text grounding, the two sampler losses, and the gate's negatives (what a pair's
+boxes rule out, App. C.2).
 """
 
 from __future__ import annotations
@@ -275,7 +277,10 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     ``negatives_per_anchor`` of them (one random subset per batch), shifted by the Eq. 3 discount.
     ``sources`` (B,) indexes ``space.scope``: with ``cfg.source_negatives``, a predicate the
     image's source could not have annotated is no negative of its rows (App. B.1), neither in the
-    InfoNCE nor among the per-cell sigmoid's negatives.
+    InfoNCE nor among the per-cell sigmoid's negatives. ``complete`` (B, N*N) marks the pairs a pass
+    was asked every relation of (the pairs pass): their unstated cells are negatives without the
+    Eq. 3 discount. ``conditions`` (B, N*N, C) says which of the gate's conditions each ordered pair
+    meets (``relate.gate.pair_conditions``), for ``cfg.gate_negatives``.
     """
     n = box_valid.shape[1]
     sp = out.sampled

@@ -41,6 +41,9 @@ def _world(root) -> None:
         rows.append(scene.to_record(str(uri), "train"))
     (root / "corpus" / "train").mkdir(parents=True)
     pq.write_table(to_table(rows, CORPUS_SCHEMA), root / "corpus" / "train" / "part-0.parquet")
+    from relate.config import dump_config
+
+    dump_config(world, root / "synthetic_config.yaml")  # the rules the scripted pairs pass answers from
 
 
 async def _tail(client, job_id: str, timeout: float) -> list[str]:

@@ -122,3 +122,30 @@ def test_converse_scoring_of_a_compliant_checkpoint_leaves_the_novel_predicates_
         forced = a.l_pred.copy()
         forced[:, base_converse] = 1e3
         np.testing.assert_array_equal(converse_logits(a.pairs, forced, cmap)[:, novel], a.l_pred[:, novel])
+
+
+def test_relation_eval_scores_several_seeds_with_intervals_over_seeds_and_images(tmp_path, capsys):
+    """``python -m train_jobs.relation_eval CKPT CKPT WORLD``: each checkpoint's figures on every test
+    image are the ones it gets scored alone, their mean is the estimate, and the interval over
+    checkpoints and images holds it, inside [0, 1]."""
+    import numpy as np
+
+    from relate.api import load_model
+    from relate.config import dump_config
+    from train_jobs.relation_eval import _cli, score_truth_split
+
+    cfg = SyntheticConfig(seed=3, num_scenes=8, min_size=64, max_size=80)
+    world = write_corpus(tmp_path / "world", cfg, split=lambda i: "test")
+    dump_config(cfg, world / "synthetic_config.yaml")
+    forms = all_surface_forms()
+    cks = [_checkpoint(tmp_path / "a", forms), _checkpoint(tmp_path / "b", forms[:-3])]
+    out = _cli([*cks, str(world), "--resamples", "300"])
+    assert "interval over checkpoints and images" in capsys.readouterr().out
+    ivs = out["intervals"]
+    for k, ck in enumerate(cks):
+        alone = score_truth_split(load_model(ck), str(world), "test")[1].figures()
+        for name, v in alone.items():
+            assert ivs[name]["per_seed"][k] == v or (np.isnan(v) and np.isnan(ivs[name]["per_seed"][k]))
+    top = ivs["top10_precision"]
+    assert 0 <= top["lo"] <= top["mean"] <= top["hi"] <= 1
+    assert top["mean"] == np.mean(top["per_seed"])
