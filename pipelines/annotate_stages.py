@@ -192,7 +192,7 @@ class GenerateStage:
     def __init__(self, vlm: VLMConfig | dict, pass_name: str, id_base: int = 1, breaker: "CallBreaker | None" = None) -> None:
         self.cfg = vlm if isinstance(vlm, VLMConfig) else VLMConfig.model_validate(vlm)
         key = self.cfg.model_dump_json()
-        if key not in GenerateStage._shared:  # one model per process, shared by the three passes
+        if key not in GenerateStage._shared:  # one model per process, shared by the passes
             GenerateStage._shared[key] = create_backend(self.cfg)
         self.backend = GenerateStage._shared[key]
         self.pass_name, self.id_base = pass_name, id_base
@@ -231,7 +231,7 @@ class GenerateStage:
 
 
 class PassesStage:
-    """All three VLM passes for a batch in one actor: prompt, generate, parse, three times.
+    """Every VLM pass for a batch in one actor: prompt, generate, parse, once a pass.
 
     The passes of one image are sequential by nature (grow and spatial read the draft), so a
     single actor pool is the cheapest arrangement for backends with a ``generate`` method; the
