@@ -64,8 +64,8 @@ class DenseOutputs:
         return pa.Table.from_arrays([
             pa.array(self.ids.astype(str)), pa.array(np.full(n, "mem://x")), pa.array(np.full(n, 640, np.int32)),
             pa.array(np.full(n, 480, np.int32)), pa.array(np.full(n, "bench")), pa.array(np.full(n, "test")),
-            _lists(boxes, BOX_TYPE, np.full(n, N_OBJ)), _lists(rels, RELATION_TYPE, np.full(n, N_REL))],
-            schema=CORPUS_SCHEMA)
+            _lists(boxes, BOX_TYPE, np.full(n, N_OBJ)), _lists(rels, RELATION_TYPE, np.full(n, N_REL)),
+            pa.nulls(n, CORPUS_SCHEMA.field("asked_pairs").type)], schema=CORPUS_SCHEMA)
 
     def _objects(self) -> pa.ListArray:
         f32 = lambda v: pa.array(v.astype(np.float32))  # noqa: E731

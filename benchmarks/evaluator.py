@@ -106,7 +106,8 @@ def make_data(n_images: int, seed: int = 0) -> tuple[pa.Table, pa.Table]:
         pa.array(ids.astype(str)), pa.array(np.full(n_images, "mem://x")), pa.array(np.full(n_images, 640, np.int32)),
         pa.array(np.full(n_images, 480, np.int32)), pa.array(np.full(n_images, "bench")), pa.array(np.full(n_images, "test")),
         _lists(boxes, BOX_TYPE, np.full(n_images, N_BOXES), BOX_TYPE),
-        _lists(rels, RELATION_TYPE, np.full(n_images, N_REL), RELATION_TYPE)], schema=CORPUS_SCHEMA)
+        _lists(rels, RELATION_TYPE, np.full(n_images, N_REL), RELATION_TYPE),
+        pa.nulls(n_images, CORPUS_SCHEMA.field("asked_pairs").type)], schema=CORPUS_SCHEMA)
     preds = rng.choice(VOCAB, (n_images, N_PAIRS, PER_PAIR), p=p)
     truth = np.full((n_images, N_PAIRS), -1)
     np.put_along_axis(truth, gt_pair, gt_pred, axis=1)

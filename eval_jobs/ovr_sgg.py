@@ -148,13 +148,14 @@ def _vocabulary(b: OvRBenchmarkConfig, predicates: list[str]) -> list[str]:
 def _regions(b: OvRBenchmarkConfig, corpus: pa.Table) -> pa.Table:
     if b.detections is None:
         return corpus
-    from relate.schema import CORPUS_SCHEMA
+    from relate.schema import CORPUS_SCHEMA, to_table
 
     det = pq.read_table(b.detections)
     det = det.append_column("relations", pa.array([[] for _ in range(det.num_rows)],
                                                   type=CORPUS_SCHEMA.field("relations").type))
     ids = set(corpus.column("image_id").to_pylist())
-    return det.filter(pa.array([i in ids for i in det.column("image_id").to_pylist()])).select(CORPUS_SCHEMA.names)
+    keep = pa.array([i in ids for i in det.column("image_id").to_pylist()])
+    return to_table(det.filter(keep), CORPUS_SCHEMA, table=f"detections {b.detections}")
 
 
 def _infer(checkpoint: str, regions: pa.Table, vocabulary: list[str], per_pair: int, out: str) -> tuple[str, list[str]]:

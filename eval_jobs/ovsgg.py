@@ -96,14 +96,14 @@ def _regions(spec: BenchmarkSpec, bench: BenchmarkData) -> pa.Table:
     are needed by our model; a baseline may read the detector's categories)."""
     if not spec.detections:
         return bench.corpus
-    from relate.schema import CORPUS_SCHEMA
+    from relate.schema import CORPUS_SCHEMA, to_table
 
     det = pq.read_table(spec.detections)
     det = det.append_column("relations", pa.array([[] for _ in range(det.num_rows)],
                                                   type=CORPUS_SCHEMA.field("relations").type))
     ids = set(bench.corpus.column("image_id").to_pylist())
     keep = [i in ids for i in det.column("image_id").to_pylist()]
-    return det.filter(pa.array(keep)).select(CORPUS_SCHEMA.names)
+    return to_table(det.filter(pa.array(keep)), CORPUS_SCHEMA, table=f"detections {spec.detections}")
 
 
 def _run_inference(spec: BenchmarkSpec, bench: BenchmarkData, predict_fn: PredictFn | str, out: str,

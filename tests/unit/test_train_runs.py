@@ -82,8 +82,11 @@ def test_resume_flag_and_main_use_the_planned_folder(tmp_path, monkeypatch, caps
 
     monkeypatch.setattr(job, "build_trainer", fake_trainer)
     monkeypatch.setattr("ray.is_initialized", lambda: True)
+    corpus = tmp_path / "corpus_root"
+    (corpus / "corpus" / "train").mkdir(parents=True)
+    (corpus / "corpus" / "train" / "part-00000.parquet").touch()  # main checks the input exists; the trainer is faked
     base = ["--config", str(REPO / "train_jobs/configs/cpu_small.yaml"), "--set", f"run.storage_path={tmp_path}",
-            "--set", "run.calibrate=false", "--set", "run.evaluate_test=false"]
+            "--set", f"data.corpus_root={corpus}", "--set", "run.calibrate=false", "--set", "run.evaluate_test=false"]
     first, second = job.main(job.parse_args(base)), job.main(job.parse_args(base))
     assert first.run != second.run and first.run.startswith("cpu_small-") and second.run.startswith("cpu_small-")
     assert [c.run.name for c in seen] == [first.run, second.run] and not any(c.run.unique_name for c in seen)
