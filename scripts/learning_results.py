@@ -38,7 +38,7 @@ def build(run_dir: Path, old: dict, commit: str | None, conditions: str | None, 
     if "report" not in summary:
         raise SystemExit(f"{run_dir}/curves.json has no report: run train_jobs.learning_curve with report_split set")
     rep, coverage = summary["report"], summary.get("coverage", {})
-    cfg = read_yaml(run_dir / "learning_curve_config.yaml")
+    cfg = read_yaml((run_dir / "learning_curve_config.yaml").read_text())
     rows_t = pq.read_table(run_dir / "curves.parquet").to_pylist()
     final: dict[tuple, float] = {}
     for r in rows_t:

@@ -29,9 +29,9 @@ The kinds and their other views:
 * ``learning``: per-family scores of a recipe trained on one or more sources (what
   ``train_jobs.learning_curve`` writes to ``curves.json``, kept for the final step). ``sources``:
   ``[{"name", "label", "seeds": [...], "gap_to"?: source name, "bar"?: true}]``; ``rows``: one per
-  family (``family``, ``bar``, ``note``?, and per source name ``{"mean", "lo"?, "hi"?, "per_seed"?,
-  "gap"?, "stated"?}``; ``gap``: the gap to ``gap_to`` as the job computed it, else the difference
-  of the means; ``stated``: the share of the family's truth the source's training split states). Views: ``table`` (families as rows; per source ``mean [lo, hi]``, a gap to its
+  family (``family``, ``bar``?, ``note``?, and per source name ``{"mean", "lo"?, "hi"?, "per_seed"?,
+  "gap"?, "gap_lo"?, "gap_hi"?, "stated"?}``; ``gap``: the gap to ``gap_to`` as the job computed it
+  (with its paired interval when given), else the difference of the means; ``stated``: the share of the family's truth the source's training split states). Views: ``table`` (families as rows; per source ``mean [lo, hi]``, a gap to its
   ``gap_to`` source, the bar; bold where the bar source's ``lo`` reaches the bar), ``seeds``
   (each seed's value), ``stated`` (each source's ``stated`` share) and ``caption`` (from ``run``: ``recipe``, ``steps``, ``scenes``,
   ``eval_images``, ``minutes_per_seed`` [low, high]; then the date, commit and conditions).
@@ -178,13 +178,16 @@ def _cell(row: dict, source: dict, bar_source: str | None) -> str:
     if v is None:
         return ""
     text = _num(v["mean"])
-    if source["name"] == bar_source and v.get("lo") is not None and v["lo"] >= row["bar"]:
+    if source["name"] == bar_source and v.get("lo") is not None and row.get("bar") is not None and v["lo"] >= row["bar"]:
         text = f"**{text}**"
     if v.get("lo") is not None and v.get("hi") is not None:
         text += f" [{_num(v['lo'])}, {_num(v['hi'])}]"
     ref = row.get(source.get("gap_to") or "")
     if ref is not None and source.get("gap_to"):
-        text += f" ({_gap(v['gap'] if v.get('gap') is not None else v['mean'] - ref['mean'])})"
+        gap = _gap(v['gap'] if v.get('gap') is not None else v['mean'] - ref['mean'])
+        if v.get("gap_lo") is not None and v.get("gap_hi") is not None:
+            gap += f" [{_gap(v['gap_lo'])}, {_gap(v['gap_hi'])}]"
+        text += f" ({gap})"
     return text
 
 
@@ -195,7 +198,7 @@ def _learning(doc: dict, view: str, name: str) -> str:
         header = ["family"] + [s["label"] for s in sources] + ["bar"]
         notes = any(r.get("note") for r in rows)
         header += ["what limits it (measured)"] if notes else []
-        body = [[r["family"]] + [_cell(r, s, bar_source) for s in sources] + [_num(r["bar"], 2)]
+        body = [[r["family"]] + [_cell(r, s, bar_source) for s in sources] + [_num(r["bar"], 2) if r.get("bar") is not None else ""]
                 + ([r.get("note", "")] if notes else []) for r in rows]
         return _table(header, body, ["---"] + ["---:"] * (len(sources) + 1) + (["---"] if notes else []))
     if view == "seeds":
