@@ -246,7 +246,9 @@ def _run_command(clone: Clone, cmd: Command) -> None:
     if argv == ["make", "test"]:
         return  # the suite this test is part of
     if argv == ["make", "demo"]:
-        clone.run(["make", "-o", "venv", "demo", f"DEMO_ARGS={DEMO_ARGS}"], f"make demo ({DEMO_ARGS})")
+        out = clone.run(["make", "-o", "venv", "demo", f"DEMO_ARGS={DEMO_ARGS}"], f"make demo ({DEMO_ARGS})")
+        # the summary holds the model to the world's truth beside the share the annotation states
+        assert re.search(r"AP against every relation that holds[^\n]*\n +[^\n]*contact \d\.\d\d \(\d+%\)", out), out[-3000:]
         from relate.checkpoint import find_latest_checkpoint
 
         demo = Path((clone.tree / "runs/demo/train/LATEST").read_text().strip())
