@@ -85,7 +85,10 @@ class Clone:
         (root / "ray").mkdir()
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",
                     "RAY_TMPDIR": str(root / "ray"), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-        for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RELATE_ROOT"):
+        # a new user's shell: none of what other tests of this session set (tests/ray/conftest.py puts
+        # a Serve token and the proxy's token callback in os.environ for its in-process Ray)
+        for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RELATE_ROOT",
+                    "RELATE_API_TOKEN", "RELATE_API_TOKEN_FILE", "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"):
             self.env.pop(var, None)
         self.head: TokenHead | None = None
         self.count = 0
