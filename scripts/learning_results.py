@@ -1,6 +1,6 @@
 """Write a learning-curve run's report into a docs result file, so the docs' tables come from the run.
 
-    python -m scripts.learning_results RUN_DIR --name learning_cpu_long [--commit C] [--conditions TEXT]
+    python -m scripts.learning_results RUN_DIR --name learning_cpu_long_500 [--commit C] [--conditions TEXT]
     python -m scripts.results_render --write      # then re-render the docs' blocks
 
 ``RUN_DIR`` is a ``train_jobs.learning_curve`` output folder whose job reported (``report_split``):
