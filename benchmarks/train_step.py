@@ -9,6 +9,11 @@ Figures:
   step with both off, arms alternating so machine load hits both alike. Goal <= 1.05.
   ``objective_ms_on`` / ``objective_ms_off`` time ``relation_objective`` alone (forward outputs
   reused), where the two terms' own cost shows.
+* ``train_fraction_of_peak``: a full ``cpu_long`` step (``TrainRunner.train_step``: forward, the
+  recipe's whole objective, backward, clipping, AdamW, EMA) on a batch of 16 decoded scenes of a
+  full-truth world, its FLOPs counted by torch's ``FlopCounterMode`` at each scale rung it drew,
+  over its median time (``cpu_long_step_ms``), divided by ``gemm_gflops``, the fp32 matrix-product
+  rate measured in the same process on the same threads. Goal >= 0.6 (issue 49).
 
 The predicate space is the training job's own (``train_jobs.relation_data.build_space`` on a
 small corpus of the positive-unlabeled synthetic world, ``pipelines/configs/synthetic_pu.yaml``:
@@ -83,7 +88,8 @@ def measure(quick: bool) -> dict[str, float]:
     def step(loss_cfg) -> float:
         t0 = time.perf_counter()
         out = model(images, boxes, valid, bank, force=force)
-        terms = relation_objective(out, rels, cats, valid, pspace, loss_cfg, sources=batch["source"])
+        terms = relation_objective(out, rels, cats, valid, pspace, loss_cfg, sources=batch["source"],
+                                   conditions=batch.get("conditions"), complete=batch.get("complete"))
         opt.zero_grad(set_to_none=True)
         terms["total"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -103,15 +109,82 @@ def measure(quick: bool) -> dict[str, float]:
         for _ in range(rounds * 3):
             for arm, acc in ((on, o_on), (off, o_off)):
                 t0 = time.perf_counter()
-                relation_objective(out, rels, cats, valid, pspace, arm, sources=batch["source"])
+                relation_objective(out, rels, cats, valid, pspace, arm, sources=batch["source"],
+                                   conditions=batch.get("conditions"), complete=batch.get("complete"))
                 acc.append(time.perf_counter() - t0)
     m_on, m_off = statistics.median(t_on), statistics.median(t_off)
-    return {"steps_per_s": round(1 / m_on, 3), "step_ms": round(m_on * 1e3, 1),
+    return {**_cpu_long_fraction(rounds), "steps_per_s": round(1 / m_on, 3), "step_ms": round(m_on * 1e3, 1),
             "recipe_overhead": round(m_on / m_off, 4), "step_ms_off": round(m_off * 1e3, 1),
             "objective_ms_on": round(statistics.median(o_on) * 1e3, 2),
             "objective_ms_off": round(statistics.median(o_off) * 1e3, 2),
             "batch_size": cfg.optim.batch_size, "side": cfg.model.backbone.img_size,
             "scoped_images": int((batch["source"] > 0).sum()), "p_cond_nonzero": int((pspace.p_cond > 0).sum())}
+
+
+def _gemm_gflops(threads: int, n: int = 1024, repeats: int = 20) -> float:
+    """The machine's fp32 matrix-product rate on ``threads`` threads, best of three timed rounds."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n ** 3 * repeats / best / 1e9
+
+
+def _cpu_long_fraction(rounds: int) -> dict[str, float]:
+    """``cpu_long``'s full training step against the GEMM rate measured here (module docstring)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from relate.config import load_config
+    from relate.data.corpus import read_corpus
+    from relate.data.synthetic import SyntheticConfig
+    from relate.data.synthetic_corpus import write_corpus
+    from train_jobs.relation_config import TrainRelationConfig
+    from train_jobs.relation_data import DecodeStage, build_space
+    from train_jobs.relation_worker import TrainRunner, _rung_side
+
+    threads = os.cpu_count() or 2
+    recipe = CONFIG.parent / "cpu_long.yaml"
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        write_corpus(root, SyntheticConfig(num_scenes=16, coverage="full"))
+        cfg = load_config(TrainRelationConfig, recipe, [f"data.corpus_root={root}", f"data.cache_dir={root / 'cache'}",
+                                                        "data.decode_cache=false"])
+        space = build_space(cfg.data, cfg.model.text_dim)
+        stage = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"],
+                            seed=cfg.run.seed, sources=space["sources"], keep_aspect=cfg.model.backbone.keep_aspect)
+        rows = read_corpus(root, "train").slice(0, cfg.optim.batch_size)
+        batch = {k: torch.from_numpy(v) for k, v in stage(rows).items()}
+    torch.set_num_threads(threads)
+    runner = TrainRunner(cfg, space, cfg.optim.max_steps)
+    flops: dict[int, float] = {}
+    sides = {_rung_side(cfg.model.backbone.img_size, r, runner.raw.preprocessing.patch_size) for r in cfg.data.rungs}
+    for i in range(40):  # count each scale rung's step once (a step draws its rung)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            side = runner.train_step(batch)["rung_side"]
+        flops.setdefault(side, counter.get_total_flops())
+        if set(flops) == sides:
+            break
+    timed: list[tuple[float, int]] = []
+    for _ in range(max(rounds * 2, 10)):
+        t0 = time.perf_counter()
+        side = runner.train_step(batch)["rung_side"]
+        timed.append((time.perf_counter() - t0, side))
+    timed = [(t, s) for t, s in timed if s in flops]
+    rate = _gemm_gflops(threads)
+    per_s = statistics.median(flops[s] / t for t, s in timed) / 1e9
+    return {"train_fraction_of_peak": round(per_s / rate, 3), "cpu_long_gflop_per_s": round(per_s, 1),
+            "gemm_gflops": round(rate, 1), "cpu_long_step_ms": round(statistics.median(t for t, _ in timed) * 1e3, 1),
+            "cpu_long_gflop_per_step": round(statistics.median(flops.values()) / 1e9, 2), "threads": threads}
 
 
 if __name__ == "__main__":
