@@ -7,6 +7,9 @@ teacher pass; ``relate.text.encoders`` maps registry names onto all of them.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -14,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["TextEncoder", "HFTextEncoder", "OpenCLIPTextEncoder", "mean_pool", "check_strings",
-           "length_sorted_batches"]
+           "length_sorted_batches", "files_fingerprint"]
 
 
 class TextEncoder(Protocol):
@@ -24,6 +27,23 @@ class TextEncoder(Protocol):
     dim: int
 
     def encode(self, strings: Sequence[str], batch_size: int | None = None) -> np.ndarray: ...
+
+
+def files_fingerprint(location: str | Path, *settings: object) -> str | None:
+    """sha256 over ``settings`` and the bytes of the file or folder at ``location`` (every file under
+    it, by relative name), or None when ``location`` is not on this disk (a hub name, a tag): then
+    nothing fixes what the encoder computes, and ``relate.text.bank`` keeps no embedding of it."""
+    root = Path(location).expanduser()
+    if not root.exists():
+        return None
+    h = hashlib.sha256("\x1f".join(map(str, settings)).encode())
+    files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
+    for f in files:
+        h.update(b"\x1e" + (f.relative_to(root).as_posix() if root.is_dir() else f.name).encode() + b"\x1e")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -69,6 +89,11 @@ class HFTextEncoder:
             p.requires_grad_(False)
         self.dim = int(self.model.config.hidden_size)
 
+    @functools.cached_property
+    def fingerprint(self) -> str | None:
+        """What fixes the vectors: the class, pooling length and the local model folder's bytes."""
+        return files_fingerprint(self.path, type(self).__name__, self.max_length)
+
     def _tokenize(self, strings: list[str]) -> dict[str, torch.Tensor]:
         return self.tokenizer(strings, padding=True, truncation=True, max_length=self.max_length,
                               return_tensors="pt")
@@ -108,6 +133,14 @@ class OpenCLIPTextEncoder:
             p.requires_grad_(False)
         self.tokenizer = open_clip.get_tokenizer(model_name)
         self.dim = int(self.encode(["probe"]).shape[1])
+        self._weights = None if tag is None else tag
+
+    @functools.cached_property
+    def fingerprint(self) -> str | None:
+        """A local checkpoint file's bytes and the architecture; None for random weights or a tag."""
+        if self._weights is None:
+            return None
+        return files_fingerprint(self._weights, type(self).__name__, self.name)
 
     @torch.inference_mode()
     def encode(self, strings: Sequence[str], batch_size: int | None = None) -> np.ndarray:

@@ -16,6 +16,7 @@ relations, per-family negatives, the gate's negatives on the batch's pair condit
 A tensor is compared by a fingerprint (sum, L2 norm, largest magnitude, and its projection on a
 fixed random unit vector), each within 2e-4 of the tensor's own scale: float32 round-off across
 thread counts and CPUs is about 1e-6 of it; a changed term, mask or update moves it by far more.
+An update is compared within 2e-3 (``RTOL_UPDATE``: AdamW magnifies round-off in near-zero gradients).
 
 Recording, only for a change meant to alter the numbers (say so in the commit):
 ``python tests/unit/test_step_numerics.py --record``.
@@ -38,6 +39,12 @@ ARMS = {"recipe": [], "experiments": ["data.implied_relations=true", "loss.negat
                                       "loss.gate_negatives=0.5"]}
 STEPS = 2
 RTOL = 2e-4
+# AdamW divides each gradient element by its own running RMS, so an element whose gradient is round-off
+# (a bias under a normalisation) moves by a share of the learning rate from one CPU to another: the
+# second step's update of such a tensor differs by up to ~1e-3 of its norm across machines (measured
+# 2026-12-05: 5e-4 on this project's CPU machines). A changed learning rate, decay, clip or EMA moves
+# an update by percents.
+RTOL_UPDATE = 2e-3
 
 
 def _fingerprint(name: str, t: torch.Tensor) -> list[float]:
@@ -48,12 +55,12 @@ def _fingerprint(name: str, t: torch.Tensor) -> list[float]:
     return [float(x.sum()), float(x.norm()), float(x.abs().max()), float(x @ (u / u.norm()))]
 
 
-def _close(got: list[float], want: list[float], numel: int, floor: float) -> bool:
-    """Within RTOL of the tensor's scale (its norm, or ``floor`` where that is larger): the scale for the
-    norm, the largest value and the projection; scale * sqrt(numel) for the sum, which a norm bounds
+def _close(got: list[float], want: list[float], numel: int, floor: float, rtol: float = RTOL) -> bool:
+    """Within ``rtol`` of the tensor's scale (its norm, or ``floor`` where that is larger): the scale for
+    the norm, the largest value and the projection; scale * sqrt(numel) for the sum, which a norm bounds
     only that loosely."""
     scale = max(abs(want[1]), floor)
-    tol = [RTOL * scale * max(1.0, numel ** 0.5), RTOL * scale, RTOL * scale, RTOL * scale]
+    tol = [rtol * scale * max(1.0, numel ** 0.5), rtol * scale, rtol * scale, rtol * scale]
     return all(abs(g - w) <= t for g, w, t in zip(got, want, tol))
 
 
@@ -123,8 +130,9 @@ def _compare(where: str, got: dict, want: dict) -> list[str]:
     if sorted(got) != sorted(want):
         return [f"{where}: tensors {sorted(set(got) ^ set(want))} appear on one side only"]
     floor = 3e-2 * max((abs(w[1]) for w in want.values()), default=0.0)
+    rtol = RTOL_UPDATE if where.endswith("update") else RTOL
     return [f"{where}/{k}: {np.round(got[k][:4], 9).tolist()} against {np.round(w[:4], 9).tolist()}"
-            for k, w in want.items() if not _close(got[k][:4], w[:4], int(w[4]), floor)]
+            for k, w in want.items() if not _close(got[k][:4], w[:4], int(w[4]), floor, rtol)]
 
 
 @pytest.mark.parametrize("arm", sorted(ARMS))
@@ -151,6 +159,10 @@ def test_the_comparison_sees_a_changed_step(world):
     assert _compare("step 0 grad", got["steps"][0]["grad"], want["steps"][0]["grad"])
     assert abs(got["steps"][0]["loss"]["grounding"] - want["steps"][0]["loss"]["grounding"]) > \
         RTOL * abs(want["steps"][0]["loss"]["grounding"])
+    # and an update's looser tolerance still sees the head's learning rate moved by 1%
+    got = run_arm(world, ["optim.lr_head=2.02e-3"])
+    assert not _compare("step 0 grad", got["steps"][0]["grad"], want["steps"][0]["grad"])
+    assert _compare("step 0 update", got["steps"][0]["update"], want["steps"][0]["update"])
 
 
 def _dumps(tree) -> str:
