@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 # No model hub is reachable here; without this every hub miss retries for ~26 s.
@@ -10,6 +11,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Large text banks (relate.text.bank) are kept for this session only, shared by its tests and the
+# jobs they start (the packaged vocabulary is embedded once, not by every job that scores with it).
+os.environ.setdefault("RELATE_BANK_CACHE", tempfile.mkdtemp(prefix="relate-banks-"))
 
 import pytest  # noqa: E402
 
