@@ -42,6 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _START = time.monotonic()
+_CONFIG: dict = {}  # the run's config, for its terminal reporter
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -50,16 +51,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not report.failed:
         return
     crash = getattr(report.longrepr, "reprcrash", None)
-    why = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1:]
-    why = " ".join(str(why).split())[:400]
+    why = crash.message if crash is not None else (str(report.longrepr).strip().splitlines() or [""])[-1]
+    why = " ".join(why.split())[:400]
     reporter = _CONFIG["config"].pluginmanager.get_plugin("terminalreporter") if _CONFIG else None
     line = f"FAILED {report.nodeid} ({report.when}, {time.monotonic() - _START:.0f} s into the run): {why}"
     if reporter is not None:
         reporter.write("\n")
         reporter.write_line(line, red=True)
-
-
-_CONFIG: dict = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
