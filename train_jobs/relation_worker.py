@@ -96,7 +96,7 @@ class TrainRunner:
         o = cfg.optim
         self.opt = torch.optim.AdamW([{"params": self.raw.backbone_parameters(), "lr": o.lr_backbone},
                                       {"params": self.raw.head_parameters(), "lr": o.lr_head}],
-                                     weight_decay=o.weight_decay)
+                                     weight_decay=o.weight_decay, fused=self.device.type in ("cpu", "cuda"))
         self.base_lrs = [o.lr_backbone, o.lr_head]
         self.step = 0
         self.resumed_from = 0

@@ -173,3 +173,23 @@ def test_ownership_maps_show_whose_colour_fills_the_overlap():
             assert torch.allclose(cols, (x < 12).float().expand(HISTOGRAM_SAMPLES, -1))
     with pytest.raises(ValueError, match="need colour bins"):
         RegionPixelCue(8, cells=2, bins=0, ownership=True)
+
+
+@pytest.mark.parametrize("boxes_n", [5, 70])  # N <= K = 64: one product per image; N > K: samples gathered
+def test_box_maps_are_each_pairs_own_box_samples_against_its_keys(boxes_n):
+    """Every (subject, object) map is the pair's own box samples times that pair's keys, worked pair by
+    pair; a padding pair (-1) reads box 0, as ``gather_pairs`` does."""
+    from relate.model.region_pixels import _box_maps
+
+    g = torch.Generator().manual_seed(0)
+    b, p, s, k = 2, 7, 6, 64
+    per_box = torch.rand(b, boxes_n, s, k, generator=g)
+    keys = torch.rand(b, p, k, 2, generator=g)
+    pairs = torch.randint(0, boxes_n, (b, p, 2), generator=g)
+    pairs[1, -1] = -1
+    got = _box_maps(per_box, keys, pairs)
+    for side in (0, 1):
+        for i in range(b):
+            for j in range(p):
+                row = per_box[i, max(int(pairs[i, j, side]), 0)]
+                assert torch.allclose(got[side][i, j], (row @ keys[i, j]).flatten(), atol=1e-5)
