@@ -39,6 +39,11 @@ class MissingInputError(UserInputError, FileNotFoundError):
         self.what, self.path, self.make = what, str(path), make
         super().__init__(f"{what} not found at {path}; make it with: {make}")
 
+    def __reduce__(self):
+        # raised in a Ray worker, it crosses to the driver pickled; by default pickle calls the class with
+        # the message alone, and Ray's controller then reported a TypeError about __init__ instead
+        return type(self), (self.what, self.path, self.make)
+
 
 def is_remote(path: str | Path) -> bool:
     """A URI (``s3://...``): its job's own reader checks it, not these local checks."""

@@ -89,3 +89,28 @@ def test_an_error_from_a_ray_task_counts_by_its_cause():
     assert user_error_line(RemoteError(missing)) == str(missing)
     assert user_error_line(RemoteError(ValueError("a bug"))) is None
     assert user_error_line(KeyError("a bug")) is None
+
+
+def test_a_missing_input_raised_in_a_worker_reaches_the_driver_whole():
+    """Ray moves a worker's exception to the driver by pickle: it must come back as itself."""
+    import pickle
+
+    missing = MissingInputError("corpus (split val)", "runs/x/corpus", "python -m pipelines.synthetic")
+    back = pickle.loads(pickle.dumps(missing))
+    assert type(back) is MissingInputError and str(back) == str(missing)
+    assert (back.what, back.path, back.make) == (missing.what, missing.path, missing.make)
+    assert user_error_line(back) == str(missing)
+
+
+def test_training_refuses_a_corpus_without_a_validation_split_before_it_starts(tmp_path):
+    """The loop validates at its last step: a corpus with no val split is one line before Ray starts."""
+    from relate.data.synthetic import SyntheticConfig
+    from relate.data.synthetic_corpus import write_corpus
+
+    write_corpus(tmp_path / "world", SyntheticConfig(num_scenes=3, min_size=64, max_size=64))  # train only
+    proc = _run(["train_jobs.train_relation", "--config", f"{REPO}/train_jobs/configs/cpu_small.yaml",
+                 "--set", f"data.corpus_root={tmp_path / 'world'}"], tmp_path)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "validation split" in lines[-1] and "(splits ['val'])" in lines[-1], lines[-1]
+    assert "Started a local Ray instance" not in proc.stderr + proc.stdout
