@@ -203,6 +203,9 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     # the loop validates every run.val_every steps and always at the last one: refused now, not after training
     require_corpus(cfg.data.corpus_root, "validation split of the training corpus (data.corpus_root, scored "
                    "every run.val_every steps and at the last step)", splits=["val"])
+    if cfg.run.evaluate_test:
+        require_corpus(cfg.data.corpus_root, "test split of the training corpus (data.corpus_root, scored after "
+                       "training; run.evaluate_test=false skips it)", splits=["test"])
     if cfg.data.truth_root is not None:
         require_path(cfg.data.truth_root, "synthetic world (data.truth_root)", MAKE_WORLD)
     cfg = _absolute_data_paths(cfg)

@@ -103,14 +103,18 @@ def test_a_missing_input_raised_in_a_worker_reaches_the_driver_whole():
 
 
 def test_training_refuses_a_corpus_without_a_validation_split_before_it_starts(tmp_path):
-    """The loop validates at its last step: a corpus with no val split is one line before Ray starts."""
+    """The loop validates at its last step and the job scores the test split after it: a corpus without
+    either is one line before Ray starts, not a failure after training."""
     from relate.data.synthetic import SyntheticConfig
     from relate.data.synthetic_corpus import write_corpus
 
-    write_corpus(tmp_path / "world", SyntheticConfig(num_scenes=3, min_size=64, max_size=64))  # train only
-    proc = _run(["train_jobs.train_relation", "--config", f"{REPO}/train_jobs/configs/cpu_small.yaml",
-                 "--set", f"data.corpus_root={tmp_path / 'world'}"], tmp_path)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert "validation split" in lines[-1] and "(splits ['val'])" in lines[-1], lines[-1]
-    assert "Started a local Ray instance" not in proc.stderr + proc.stdout
+    world = SyntheticConfig(num_scenes=3, min_size=64, max_size=64)
+    write_corpus(tmp_path / "train_only", world)
+    write_corpus(tmp_path / "no_test", world, lambda i: "val" if i == 0 else "train")
+    for corpus, split, what in (("train_only", "val", "validation split"), ("no_test", "test", "test split")):
+        proc = _run(["train_jobs.train_relation", "--config", f"{REPO}/train_jobs/configs/cpu_small.yaml",
+                     "--set", f"data.corpus_root={tmp_path / corpus}"], tmp_path)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        assert what in lines[-1] and f"(splits ['{split}'])" in lines[-1], lines[-1]
+        assert "Started a local Ray instance" not in proc.stderr + proc.stdout
