@@ -17,6 +17,14 @@ checkpoint's text bank (any form of a novel synonym group there makes it non-com
 run's leak check covers its relations, train_jobs.relation_data) or taken from ``novel_seen`` for a
 predictions file; a row whose answer is unknown says so.
 
+A compliant checkpoint that scores with converse scoring (relate.converse) must not average a novel
+predicate with its trained converse on the reversed pair ("a behind b" with "b in front of a"): that
+would score the novel predicate half by base supervision. The predictor keeps groups its bank was
+trained on apart from the others; each checkpoint's converse table is checked against the split as
+the checkpoint is loaded, before any image is read, and a table that ties a novel string to a
+trained one is refused (LeakError naming each pair). A row records whether converse scoring was on
+and which novel strings were scored without their trained converse.
+
 Writes ``ovr_sgg.parquet`` (one row per system and matcher), ``table.md`` (the Table 8 layout plus
 the compliant-vs-non-compliant gap), ``ovr_sgg.png``, ``results.json`` and the resolved config.
 """
@@ -26,6 +34,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -33,11 +42,14 @@ import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from relate.config import StrictConfig, dump_config, parse_job_args
-from relate.data.predicate_split import PredicateSplit, leaked_forms, load_predicate_split
+from relate.data.predicate_split import LeakError, PredicateSplit, converse_leaks, leaked_forms, load_predicate_split
 from relate.jobinfo import Progress, gather, run_name
 from relate.metrics.ovr import OVR_MATCHERS, fold_ground_truth, fold_predictions, ovr_scores
 from relate.placement import ResourcesConfig, ray_remote_args
 from relate.storage import Location, LocationValue
+
+if TYPE_CHECKING:
+    from relate.api import RelationPredictor
 
 __all__ = ["OvRBenchmarkConfig", "OvRSystemConfig", "OvRSGGConfig", "main", "table8"]
 
@@ -64,6 +76,8 @@ class OvRSystemConfig(StrictConfig):
     predictions: LocationValue | None = Field(None, description="PREDICTIONS_SCHEMA Parquet already written")
     novel_seen: bool | None = Field(None, description="for a predictions file: whether the system was trained on the "
                                     "novel predicates (a checkpoint's bank answers this itself)")
+    converse: bool | None = Field(None, description="for a checkpoint: converse scoring (relate.converse) on or off; "
+                                  "none: the checkpoint's model.converse_scoring")
 
     def resolve_checkpoint(self) -> str:
         """The checkpoint folder itself (a pointer file read, a run folder's latest checkpoint taken)."""
@@ -82,6 +96,8 @@ class OvRSystemConfig(StrictConfig):
     def _one_source(self) -> "OvRSystemConfig":
         if (self.checkpoint is None) == (self.predictions is None):
             raise ValueError(f"system {self.name!r}: give exactly one of checkpoint and predictions")
+        if self.converse is not None and self.checkpoint is None:
+            raise ValueError(f"system {self.name!r}: converse applies to a checkpoint, not to a predictions file")
         return self
 
 
@@ -158,15 +174,41 @@ def _regions(b: OvRBenchmarkConfig, corpus: pa.Table) -> pa.Table:
     return to_table(det.filter(keep), CORPUS_SCHEMA, table=f"detections {b.detections}")
 
 
-def _infer(checkpoint: str, regions: pa.Table, vocabulary: list[str], per_pair: int, out: str) -> tuple[str, list[str]]:
-    """Run one checkpoint; (predictions path, its training bank's strings)."""
-    from relate.api import load_model
-    from relate.checkpoint import load_checkpoint
+def _converse_check(split: PredicateSplit, checkpoint: str, vocabulary: list[str],
+                    predictor: RelationPredictor) -> list[str]:
+    """The novel strings a compliant checkpoint scores without their trained converse (none when
+    converse scoring is off or the checkpoint saw the novel predicates); refuses a converse table that
+    averages a novel string with a trained one, naming each pair."""
+    from relate.converse import converse_map
 
-    table = load_model(checkpoint).predict_table(regions, vocabulary, per_pair=per_pair)
+    table, bank = predictor.converse_table(vocabulary), predictor.bank.strings
+    if table is None or leaked_forms(split, bank):
+        return []
+    strings = [str(v).strip() for v in vocabulary]
+    leaks = converse_leaks(split, strings, table, bank)
+    if leaks:
+        pairs = "; ".join(f"{s!r} with {', '.join(map(repr, base))}" for s, base in list(leaks.items())[:8])
+        more = f" and {len(leaks) - 8} more" if len(leaks) > 8 else ""
+        raise LeakError(f"checkpoint {checkpoint}: its bank holds no novel predicate of split {split.name!r}, yet its "
+                        f"converse table would average {len(leaks)} novel string(s) with a trained converse on the "
+                        f"reversed pair, scoring them half by base supervision: {pairs}{more}. Score it with "
+                        "converse: false (systems[].converse)")
+    return sorted(converse_leaks(split, strings, converse_map(strings), bank))
+
+
+def _infer(checkpoint: str, regions: pa.Table, vocabulary: list[str], per_pair: int, out: str, split: PredicateSplit,
+           converse: bool | None = None) -> tuple[str, list[str], bool, list[str]]:
+    """Run one checkpoint; (predictions path, its training bank's strings, whether it scored with converse
+    scoring, the novel strings scored without their trained converse). The converse check runs before any
+    image is read."""
+    from relate.api import load_model
+
+    predictor = load_model(checkpoint, converse=converse)
+    withheld = _converse_check(split, checkpoint, vocabulary, predictor)
+    table = predictor.predict_table(regions, vocabulary, per_pair=per_pair)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, out)
-    return out, list(load_checkpoint(checkpoint).bank.strings)
+    return out, list(predictor.bank.strings), predictor.converse, withheld
 
 
 def _score(cfg: OvRSGGConfig, split: PredicateSplit, corpus: pa.Table, predicates: list[str], predictions: str) -> list[dict]:
@@ -275,12 +317,12 @@ def main(cfg: OvRSGGConfig) -> dict:
     vocab = _vocabulary(cfg.benchmark, predicates)
     name = run_name("ovr_sgg", cfg.out_dir)
     ckpts = [s for s in cfg.systems if s.checkpoint is not None]
-    done: dict[str, tuple[str, list[str] | None]] = {s.name: (s.predictions, None) for s in cfg.systems
-                                                     if s.predictions is not None}
+    done: dict[str, tuple] = {s.name: (s.predictions, None, None, None) for s in cfg.systems
+                              if s.predictions is not None}
     if ckpts:
         regions = _regions(cfg.benchmark, corpus)
-        args = [(s.resolve_checkpoint(), regions, vocab, cfg.per_pair, str(out / "predictions" / f"{s.name}.parquet"))
-                for s in ckpts]
+        args = [(s.resolve_checkpoint(), regions, vocab, cfg.per_pair, str(out / "predictions" / f"{s.name}.parquet"),
+                 split, s.converse) for s in ckpts]
         progress = Progress(name, "inference systems", len(ckpts))
         if cfg.use_ray:
             import ray
@@ -298,12 +340,13 @@ def main(cfg: OvRSGGConfig) -> dict:
         done.update({s.name: r for s, r in zip(ckpts, res)})
     rows = []
     for s in cfg.systems:
-        path, bank = done[s.name]
+        path, bank, converse, withheld = done[s.name]
         leaks = None if bank is None else leaked_forms(split, bank)
         seen = s.novel_seen if leaks is None else bool(leaks)
         for r in _score(cfg, split, corpus, predicates, path):
             rows.append({"system": s.name, "novel_seen": seen,
-                         "novel_forms_in_bank": None if leaks is None else sorted(leaks), **r})
+                         "novel_forms_in_bank": None if leaks is None else sorted(leaks),
+                         "converse_scoring": converse, "converse_withheld": withheld, **r})
     k = 50 if 50 in cfg.ks else cfg.ks[0]
     gaps = _gaps(rows, k)
     pq.write_table(pa.Table.from_pylist(rows), out / "ovr_sgg.parquet")
@@ -318,6 +361,9 @@ def main(cfg: OvRSGGConfig) -> dict:
                "|" + "---|" * (3 + sum(c.startswith("d_") for c in gaps[0]))]
         md += ["| " + " | ".join([g["matcher"], g["non_compliant"], g["compliant"]] +
                                  [f"{100 * v:+.1f}" for c, v in g.items() if c.startswith("d_")]) + " |" for g in gaps]
+    for r in {r["system"]: r for r in rows if r["converse_withheld"]}.values():
+        md += ["", f"{r['system']} scores with converse scoring; {len(r['converse_withheld'])} novel string(s) without "
+                   f"their trained converse: {', '.join(r['converse_withheld'])}"]
     text = "\n".join(md) + "\n"
     (out / "table.md").write_text(text)
     _figure(rows, k, out / "ovr_sgg.png")

@@ -251,15 +251,19 @@ class RelationPredictor:
             self._install(build_bank(key, encoder_name=self.text_encoder))
         return self._banks[key]
 
-    def _converse_for(self, bank) -> ConverseMap | None:
-        """The vocabulary's converse table where the model averages each statement with its converse
-        (``model.converse_scoring`` or the ``converse`` argument, relate.converse), else None."""
+    def converse_table(self, vocabulary: Sequence[str] | None = None) -> ConverseMap | None:
+        """The converse table scores over ``vocabulary`` (None: the default one) are averaged by
+        (``model.converse_scoring`` or the ``converse`` argument, relate.converse), else None. Built
+        from the strings alone: nothing is embedded."""
         if not self.converse:
             return None
-        key = tuple(bank.strings)
+        key = self.vocabulary if vocabulary is None else tuple(str(s).strip() for s in vocabulary)
         if key not in self._converse:  # never across the line between trained and untrained groups
             self._converse[key] = converse_map(key, trained=self.bank.strings)
         return self._converse[key]
+
+    def _converse_for(self, bank) -> ConverseMap | None:
+        return self.converse_table(bank.strings)
 
     def add_vocabulary(self, strings: Sequence[str]) -> tuple[str, ...]:
         """Embed ``strings`` with the checkpoint's encoder and cache them (no-op when cached);

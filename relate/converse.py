@@ -32,7 +32,7 @@ import numpy as np
 
 from relate.predicate_knowledge import PredicateKnowledge, load_predicate_knowledge
 
-__all__ = ["ConverseMap", "converse_map", "converse_logits"]
+__all__ = ["ConverseMap", "converse_map", "converse_partners", "converse_logits"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,14 @@ def converse_map(strings: Sequence[str], knowledge: PredicateKnowledge | None = 
         if other is not None and other in run and (seen is None or (g.name in seen) == (other in seen)):
             partner[j] = run[other]
     return ConverseMap(order, starts, partner)
+
+
+def converse_partners(strings: Sequence[str], cmap: ConverseMap) -> dict[str, tuple[str, ...]]:
+    """Each string of ``strings`` (the vocabulary ``cmap`` was built over) whose logit is averaged with
+    a converse statement's, mapped to the strings whose best logit on the reversed pair that is."""
+    ends = np.append(cmap.starts[1:], len(cmap.order))
+    return {strings[j]: tuple(strings[i] for i in cmap.order[cmap.starts[r]:ends[r]])
+            for j, r in enumerate(cmap.partner.tolist()) if r >= 0}
 
 
 def converse_logits(pairs: np.ndarray, l_pred: np.ndarray, cmap: ConverseMap) -> np.ndarray:

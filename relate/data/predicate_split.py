@@ -20,21 +20,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import yaml
 
+from relate.converse import ConverseMap, converse_partners
 from relate.predicate_knowledge import load_predicate_knowledge, normalise_form
 
 __all__ = ["SPLITS_DIR", "PredicateSplit", "HeldOut", "LeakError", "load_predicate_split", "held_out",
-           "remove_held_out", "check_no_leak", "leaked_forms"]
+           "remove_held_out", "check_no_leak", "leaked_forms", "converse_leaks"]
 
 SPLITS_DIR = Path(__file__).resolve().parent / "splits"
 
 
 class LeakError(ValueError):
-    """A held-out predicate, or a form of its synonym group, reached training; the message lists each."""
+    """A held-out predicate, or a form of its synonym group, reached training (or, through the converse
+    table, took a trained predicate's scores at inference); the message lists each."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,24 @@ def leaked_forms(split: PredicateSplit, strings: Iterable[str]) -> dict[str, str
     group, mapped to that novel predicate. Always checks the whole groups, whatever a run removed."""
     full = held_out(split, synonyms=True)
     return {s: full.reason[normalise_form(s)] for s in dict.fromkeys(strings) if full.removes(s)}
+
+
+def converse_leaks(split: PredicateSplit, strings: Sequence[str], cmap: ConverseMap,
+                   trained: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Each novel string of ``strings`` (a form of a novel predicate's synonym group) that ``cmap``, the
+    converse table over ``strings`` (relate.converse), averages with a base form whose group the model
+    was trained on (a group with a string among ``trained``), mapped to those forms: on the reversed
+    pair that novel score would be half the trained predicate's."""
+    full, knowledge = held_out(split, synonyms=True), load_predicate_knowledge()
+    seen = {g.name for g in map(knowledge.group_of, trained) if g is not None}
+    out = {}
+    for s, partners in converse_partners(strings, cmap).items():
+        if not full.removes(s):
+            continue
+        base = tuple(p for p in partners if not full.removes(p) and knowledge.group_of(p).name in seen)
+        if base:
+            out[s] = base
+    return out
 
 
 def check_no_leak(split: PredicateSplit, where: Mapping[str, Iterable[str]]) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from relate.api import RelationPredictor
-from relate.converse import converse_logits, converse_map
+from relate.converse import converse_logits, converse_map, converse_partners
 from relate.model import create_relation_model
 
 # rows: the ordered pairs (0, 1), (1, 0), (0, 2); (2, 0) is not scored
@@ -92,6 +92,25 @@ def test_a_novel_predicate_never_borrows_its_trained_converse():
     # two untrained converse groups still average with each other
     both_novel = converse_logits(PAIRS, l, converse_map(vocab, trained=["left of", "right of"]))
     assert both_novel[0, 1] == pytest.approx((-2.0 + 0.0) / 2)
+
+
+def test_the_split_names_each_novel_string_a_converse_table_would_lend_its_trained_converse():
+    """relate.data.predicate_split.converse_leaks, by hand: under synthetic_ovr "behind" (and its synonym
+    "hidden behind") are novel and "in front of" is base. A table that ignores what the model was
+    trained on ties each novel form to the trained converse; the guarded table ties none, and a
+    converse the model was not trained on lends nothing, so it is no leak."""
+    from relate.data.predicate_split import converse_leaks, load_predicate_split
+
+    split = load_predicate_split("synthetic_ovr")
+    vocab = ["in front of", "behind", "hidden behind", "left of", "right of"]
+    trained = ["in front of", "left of", "right of"]
+    assert converse_partners(vocab, converse_map(vocab)) == {
+        "in front of": ("behind", "hidden behind"), "behind": ("in front of",), "hidden behind": ("in front of",),
+        "left of": ("right of",), "right of": ("left of",)}
+    assert converse_leaks(split, vocab, converse_map(vocab), trained) == {"behind": ("in front of",),
+                                                                          "hidden behind": ("in front of",)}
+    assert converse_leaks(split, vocab, converse_map(vocab, trained=trained), trained) == {}
+    assert converse_leaks(split, vocab, converse_map(vocab), ["left of", "right of"]) == {}
 
 
 def test_the_predictor_pairs_groups_by_what_its_bank_was_trained_on():

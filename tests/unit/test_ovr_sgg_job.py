@@ -4,9 +4,13 @@ checkpoint's compliance read from its own text bank (not from what the config cl
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -149,3 +153,75 @@ def test_relation_eval_scores_several_seeds_with_intervals_over_seeds_and_images
     top = ivs["top10_precision"]
     assert 0 <= top["lo"] <= top["mean"] <= top["hi"] <= 1
     assert top["mean"] == np.mean(top["per_seed"])
+
+
+# Every knowledge-file converse link among these strings crosses synthetic_ovr's line (novel "behind" and
+# "inside", trained "in front of" and "contains"); "on", "part of", "wearing" and "holding" have no
+# converse among them.
+_CROSSING = ["behind", "in front of", "inside", "contains", "on", "part of", "wearing", "holding"]
+
+
+def _crossing_world(tmp_path):
+    """The tiny world's test split with its relations restated over _CROSSING in turn: a benchmark made
+    by hand, whose figures mean nothing except whether two runs give the same."""
+    world = write_corpus(tmp_path / "world", SyntheticConfig(seed=1, num_scenes=6, min_size=64, max_size=80),
+                         split=lambda i: "test")
+    n = itertools.count()
+    for path in (world / "corpus" / "test").glob("*.parquet"):
+        t = pq.read_table(path)
+        col = t.schema.get_field_index("relations")
+        rels = [[{**r, "predicate": _CROSSING[next(n) % len(_CROSSING)]} for r in rs]
+                for rs in t.column("relations").to_pylist()]
+        pq.write_table(t.set_column(col, t.schema.field(col), pa.array(rels, type=t.schema.field(col).type)), path)
+    return world
+
+
+def _crossing_job(tmp_path, systems):
+    from eval_jobs.ovr_sgg import OvRSGGConfig
+
+    split = load_predicate_split("synthetic_ovr")
+    ck = _checkpoint(tmp_path / "held", [f for f in all_surface_forms() if not held_out(split).removes(f)])
+    return OvRSGGConfig.model_validate({
+        "split": "synthetic_ovr", "use_ray": False, "out_dir": str(tmp_path / "out"), "ks": [20, 50],
+        "benchmark": {"reader": "corpus", "path": str(_crossing_world(tmp_path))},
+        "systems": [{"name": name, "checkpoint": ck, "converse": on} for name, on in systems]})
+
+
+def test_converse_scoring_leaves_a_compliant_checkpoints_novel_recall_as_it_is(tmp_path):
+    """One compliant checkpoint scored by the job with converse scoring off and on, over a vocabulary
+    whose every converse link pairs a novel predicate with a trained one: kept apart, the trained
+    converse lends the novel scores nothing (nor they the base ones), so every figure, Novel R@K and mR
+    included, is the same and so is every predicted score. Averaged (the guard removed and the job's
+    check with it), Novel R@20 on this world falls from 0.11 to 0.05."""
+    from eval_jobs.ovr_sgg import main
+
+    res = main(_crossing_job(tmp_path, [("off", False), ("on", True)]))
+    out = tmp_path / "out"
+    rows = {(r["system"], r["matcher"]): r for r in res["rows"]}
+    for m in ("sgb", "one_to_one"):
+        off, on = rows[("off", m)], rows[("on", m)]
+        assert off["n_novel_relations"] > 0 and off["novel_R@20"] > 0 and off["novel_seen"] is False
+        figures = [k for k in off if k.split("@")[0] in ("R", "novel_R", "mR", "novel_mR") or k.startswith("predicted")]
+        np.testing.assert_equal({k: on[k] for k in figures}, {k: off[k] for k in figures})
+        assert (off["converse_scoring"], off["converse_withheld"]) == (False, [])
+        assert (on["converse_scoring"], on["converse_withheld"]) == (True, ["behind", "inside"])
+    assert pq.read_table(out / "predictions" / "on.parquet").equals(pq.read_table(out / "predictions" / "off.parquet"))
+    assert "on scores with converse scoring; 2 novel string(s) without their trained converse: behind, inside" in \
+        (out / "table.md").read_text()
+
+
+def test_a_converse_table_that_lends_a_novel_predicate_its_trained_converse_is_refused(tmp_path, monkeypatch):
+    """The predictor's converse table built without the bank's line (the guard of relate.converse
+    removed): the job refuses the compliant checkpoint before it scores an image, naming each novel
+    string and the trained forms it would be averaged with."""
+    import relate.api
+    from eval_jobs.ovr_sgg import main
+    from relate.converse import converse_map
+    from relate.data.predicate_split import LeakError
+
+    monkeypatch.setattr(relate.api, "converse_map", lambda strings, knowledge=None, trained=None: converse_map(strings))
+    cfg = _crossing_job(tmp_path, [("on", True)])
+    with pytest.raises(LeakError, match=r"would average 2 novel string\(s\) with a trained converse .*: 'behind' with "
+                                        r"'in front of'; 'inside' with 'contains'\. Score it with converse: false"):
+        main(cfg)
+    assert not (tmp_path / "out" / "predictions").exists()
