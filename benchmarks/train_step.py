@@ -9,6 +9,16 @@ Figures:
   step with both off, arms alternating so machine load hits both alike. Goal <= 1.05.
   ``objective_ms_on`` / ``objective_ms_off`` time ``relation_objective`` alone (forward outputs
   reused), where the two terms' own cost shows.
+* ``cpu_long_s_per_step`` and ``decode_share``: ``cpu_long`` through the real job
+  (``train_jobs.train_relation``: Ray Train, its one worker of two threads, the input stream, the
+  decode cache), run twice on one small full-truth world: the first run decodes the world into the
+  cache, the second reads it, as every later run and seed does. ``cpu_long_s_per_step`` is the
+  second run's median wall time from one step's TensorBoard event to the next, steps that report to
+  Ray Train or validate left out (the recipe reports one step in 20); ``cpu_long_compute_s_per_step``
+  the median of the step's own compute time (``step_seconds``). ``decode_share`` is the CPU time of
+  the input path's Ray Data processes (the decode actor, its tasks, the split coordinator) over that
+  and the training worker's, read from ``/proc`` through the second run; ``decode_share_first_run``
+  the same for the first, whose decode actor also builds the cache. Goal ``decode_share`` <= 0.1.
 * ``train_fraction_of_peak``: a full ``cpu_long`` step (``TrainRunner.train_step``: forward, the
   recipe's whole objective, backward, clipping, AdamW, EMA) on a batch of 16 decoded scenes of a
   full-truth world, its FLOPs counted by torch's ``FlopCounterMode`` at each scale rung it drew,
@@ -113,7 +123,7 @@ def measure(quick: bool) -> dict[str, float]:
                                    conditions=batch.get("conditions"), complete=batch.get("complete"))
                 acc.append(time.perf_counter() - t0)
     m_on, m_off = statistics.median(t_on), statistics.median(t_off)
-    return {**_cpu_long_fraction(rounds), "steps_per_s": round(1 / m_on, 3), "step_ms": round(m_on * 1e3, 1),
+    return {**_cpu_long_fraction(rounds), **_through_the_job(quick), "steps_per_s": round(1 / m_on, 3), "step_ms": round(m_on * 1e3, 1),
             "recipe_overhead": round(m_on / m_off, 4), "step_ms_off": round(m_off * 1e3, 1),
             "objective_ms_on": round(statistics.median(o_on) * 1e3, 2),
             "objective_ms_off": round(statistics.median(o_off) * 1e3, 2),
@@ -185,6 +195,111 @@ def _cpu_long_fraction(rounds: int) -> dict[str, float]:
     return {"train_fraction_of_peak": round(per_s / rate, 3), "cpu_long_gflop_per_s": round(per_s, 1),
             "gemm_gflops": round(rate, 1), "cpu_long_step_ms": round(statistics.median(t for t, _ in timed) * 1e3, 1),
             "cpu_long_gflop_per_step": round(statistics.median(flops.values()) / 1e9, 2), "threads": threads}
+
+
+_INPUT_PATH = ("DecodeStage", "MapBatches", "MapWorker", "ReadTask", "FromItems", "SplitCoordinator")
+
+
+def _process_cpu(root_pid: int) -> dict[int, tuple[str, float]]:
+    """pid -> (command line, CPU seconds user + system) of ``root_pid``'s descendants."""
+    tick, procs = os.sysconf("SC_CLK_TCK"), {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        f = stat[stat.rindex(")") + 2:].split()
+        procs[int(d)] = (int(f[1]), cmd, (int(f[11]) + int(f[12])) / tick)
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        kids.setdefault(ppid, []).append(pid)
+    out, stack = {}, list(kids.get(root_pid, []))
+    while stack:
+        pid = stack.pop()
+        if pid not in out:
+            out[pid] = procs[pid][1:]
+            stack += kids.get(pid, [])
+    return out
+
+
+def _job_run(cmd: list[str], cwd: Path) -> dict[str, float]:
+    """Run one training job, sampling its processes' CPU every 0.2 s (a process keeps its last sample):
+    CPU seconds of the input path, of the training worker and of everything else."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": ""}
+    proc = subprocess.Popen([sys.executable, "-m", *cmd], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen: dict[int, tuple[str, float]] = {}
+    import threading
+
+    tail: list[str] = []
+    reader = threading.Thread(target=lambda: tail.extend(proc.stdout), daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        for pid, (line, cpu) in _process_cpu(proc.pid).items():
+            seen[pid] = (line or seen.get(pid, ("", 0))[0], cpu)
+        time.sleep(0.2)
+    reader.join()
+    if proc.returncode:
+        raise RuntimeError(f"training job failed ({proc.returncode}): {''.join(tail[-20:])}")
+    parts = {"input": 0.0, "trainer": 0.0, "other": 0.0}
+    for line, cpu in seen.values():
+        part = ("input" if any(k in line for k in _INPUT_PATH) else
+                "trainer" if "RayTrainWorker" in line else "other")
+        parts[part] += cpu
+    return parts
+
+
+def _step_times(run_dir: Path, every: int) -> tuple[list[float], list[float]]:
+    """(wall seconds from each step's TensorBoard event to the next, each step's compute seconds), steps
+    that report (each ``every``-th and the last) and the one after the first left out."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(next(run_dir.glob("*/tensorboard")))).Reload()
+    loss = {e.step: e.wall_time for e in acc.Scalars("loss/total")}
+    compute = {e.step: e.value for e in acc.Scalars("step_seconds")}
+    steps = sorted(loss)
+    walls = [loss[b] - loss[a] for a, b in zip(steps, steps[1:])
+             if a > steps[0] and a % every and b % every and b != steps[-1]]
+    return walls, [compute[s] for s in steps[2:-1] if s % every]
+
+
+def _through_the_job(quick: bool) -> dict[str, float]:
+    """``cpu_long`` through ``train_jobs.train_relation``, twice on one world (module docstring)."""
+    from relate.config import load_config
+    from relate.data.synthetic import SyntheticConfig
+    from relate.data.synthetic_corpus import write_corpus
+    from train_jobs.relation_config import TrainRelationConfig
+
+    recipe = CONFIG.parent / "cpu_long.yaml"
+    every = load_config(TrainRelationConfig, recipe, []).run.log_every
+    steps = 3 * every + 2 if quick else 10 * every + 2
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        write_corpus(root / "world", SyntheticConfig(num_scenes=200 if quick else 600, coverage="full"),
+                     lambda i: "val" if i % 10 == 0 else "train")
+        runs = {}
+        for name in ("first", "again"):
+            t0 = time.perf_counter()
+            runs[name] = _job_run(["train_jobs.train_relation", "--config", str(recipe),
+                                   "--set", f"data.corpus_root={root / 'world'}", "--set", f"data.cache_dir={root / 'cache'}",
+                                   "--set", f"optim.max_steps={steps}", "--set", "run.val_images=8",
+                                   "--set", "run.evaluate_test=false", "--set", "run.calibrate=false",
+                                   "--set", f"run.storage_path={root / name}", "--set", f"run.name={name}"], root)
+            runs[name]["wall"] = time.perf_counter() - t0
+        walls, compute = _step_times(root / "again", every)
+    share = {k: r["input"] / max(r["input"] + r["trainer"], 1e-9) for k, r in runs.items()}
+    return {"cpu_long_s_per_step": round(statistics.median(walls), 3),
+            "cpu_long_compute_s_per_step": round(statistics.median(compute), 3),
+            "decode_share": round(share["again"], 4), "decode_share_first_run": round(share["first"], 4),
+            "job_input_cpu_s": round(runs["again"]["input"], 1), "job_trainer_cpu_s": round(runs["again"]["trainer"], 1),
+            "job_other_cpu_s": round(runs["again"]["other"], 1), "job_steps": steps, "job_steps_timed": len(walls),
+            "job_wall_s_first": round(runs["first"]["wall"], 1), "job_wall_s_again": round(runs["again"]["wall"], 1)}
 
 
 if __name__ == "__main__":
