@@ -83,8 +83,9 @@ def test_resume_flag_and_main_use_the_planned_folder(tmp_path, monkeypatch, caps
     monkeypatch.setattr(job, "build_trainer", fake_trainer)
     monkeypatch.setattr("ray.is_initialized", lambda: True)
     corpus = tmp_path / "corpus_root"
-    (corpus / "corpus" / "train").mkdir(parents=True)
-    (corpus / "corpus" / "train" / "part-00000.parquet").touch()  # main checks the input exists; the trainer is faked
+    for split in ("train", "val"):  # main checks the inputs exist (the loop validates at its end); the trainer is faked
+        (corpus / "corpus" / split).mkdir(parents=True)
+        (corpus / "corpus" / split / "part-00000.parquet").touch()
     base = ["--config", str(REPO / "train_jobs/configs/cpu_small.yaml"), "--set", f"run.storage_path={tmp_path}",
             "--set", f"data.corpus_root={corpus}", "--set", "run.calibrate=false", "--set", "run.evaluate_test=false"]
     first, second = job.main(job.parse_args(base)), job.main(job.parse_args(base))
