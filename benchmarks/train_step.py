@@ -202,17 +202,9 @@ _INPUT_PATH = ("DecodeStage", "MapBatches", "MapWorker", "ReadTask", "FromItems"
 
 def _process_cpu(root_pid: int) -> dict[int, tuple[str, float]]:
     """pid -> (command line, CPU seconds user + system) of ``root_pid``'s descendants."""
-    tick, procs = os.sysconf("SC_CLK_TCK"), {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile
-            continue
-        f = stat[stat.rindex(")") + 2:].split()
-        procs[int(d)] = (int(f[1]), cmd, (int(f[11]) + int(f[12])) / tick)
+    from benchmarks.annotate_overhead import _proc_table
+
+    procs = _proc_table()
     kids: dict[int, list[int]] = {}
     for pid, (ppid, _, _) in procs.items():
         kids.setdefault(ppid, []).append(pid)
