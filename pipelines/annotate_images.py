@@ -28,6 +28,10 @@ class ImageProblem(Exception):
         super().__init__(message)
         self.rule, self.message = rule, message
 
+    def __reduce__(self):
+        # pickled whole (a Ray worker to its driver): by default pickle calls the class with the message alone
+        return type(self), (self.rule, self.message)
+
 
 def load_checked_image(uri: str, width: int | None, height: int | None) -> np.ndarray:
     """The image as an RGB array; raises :class:`ImageProblem` for a missing, truncated or

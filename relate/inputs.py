@@ -32,6 +32,10 @@ class InputError(ValueError):
         super().__init__(message)
         self.code = code
 
+    def __reduce__(self):
+        # pickled whole (a Ray worker to its driver): by default pickle calls the class with the message alone
+        return type(self), (self.code, str(self))
+
 
 def decode_image(data: bytes, max_pixels: int, max_side: int, field: str = "image") -> np.ndarray:
     """Encoded bytes -> (H, W, 3) uint8, refusing unknown formats and oversized images before decoding.
