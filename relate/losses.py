@@ -220,6 +220,7 @@ class PredicateSpace:
     family: torch.Tensor | None = None  # (Va,) long family id of each string (loss.negatives_scope: family)
     conditions: torch.Tensor | None = None  # (Va, C) bool: the gate's conditions each string needs (relate.gate)
     p_unstated: torch.Tensor | None = None  # (Va,) P(q holds | nothing stated of the pair), for the sampled sigmoid
+    unlabelled: torch.Tensor | None = None  # (Va,) bool: unstated is unlabelled, not negative, off asked pairs
 
     def to(self, device) -> "PredicateSpace":
         return PredicateSpace(*(None if getattr(self, f) is None else getattr(self, f).to(device)
@@ -321,6 +322,11 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
         full = pu_negative_logweights(annotated, torch.zeros_like(p_cond), space.inverse, allowed)
         pair_logw = torch.where(comp_u[:, None], full, pair_logw)
     neg_logw = pair_logw[row_pair][:, cols]
+    unl = None  # (Vb,) the columns of data.unlabelled_families: no negatives off the asked pairs
+    if space.unlabelled is not None and bool(space.unlabelled.any()):
+        unl = space.unlabelled.to(rels.device)[cols]
+        asked_u = comp_u if comp_u is not None else torch.zeros(upair.shape[0], dtype=torch.bool, device=rels.device)
+        neg_logw = neg_logw.masked_fill(unl[None, :] & ~asked_u[row_pair][:, None], float("-inf"))
     known_true = group_hit[row_pair][:, gcols] & ~same
     neg_logw = neg_logw.masked_fill(known_true | same, float("-inf"))
     candidate = torch.ones(cols.shape[0], dtype=torch.bool, device=cols.device)
@@ -338,6 +344,8 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     pair_logits = out.scores.logits[b_p, pm[b_p, flat_p]]
     pos_cells = group_hit[:, gcols]
     neg_cells = ~pos_cells if allowed is None else ~pos_cells & allowed[:, cols]
+    if unl is not None:
+        neg_cells = neg_cells & ~(unl[None, :] & ~asked_u[:, None])
     if cfg.sigmoid_rows == "annotated":
         terms["sigmoid"] = sigmoid_aux_loss(pair_logits, pos_cells, neg_cells)
     else:  # every sampled pair a row, its unstated cells negatives weighted by how surely they are false
@@ -353,6 +361,10 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
         if complete is not None:
             neg_w = torch.where(torch.gather(comp, 1, sp.flat.clamp(min=0))[..., None], torch.ones_like(neg_w), neg_w)
         neg_w[b_p, pm[b_p, flat_p]] = pair_logw[:, cols].exp().to(neg_w.dtype)
+        if unl is not None:
+            asked_cells = (torch.gather(comp, 1, sp.flat.clamp(min=0)) if complete is not None
+                           else torch.zeros_like(sp.valid))
+            all_neg = all_neg & ~(unl[None, None, :] & ~asked_cells[..., None])
         terms["sigmoid"] = sigmoid_pooled_loss(out.scores.logits[sp.valid], all_pos[sp.valid], all_neg[sp.valid],
                                                neg_w[sp.valid])
     # Eq. 5 on every directional group member of each annotation
@@ -363,7 +375,12 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     labels = torch.zeros(box_valid.shape[0], n * n, dtype=torch.bool, device=rels.device)
     labels[b, s * n + o] = True
     kept_label = torch.gather(labels, 1, sp.flat)
-    terms["background"] = background_loss(out.scores.logits[sp.valid & ~kept_label], cfg.background_topk)
+    bg = out.scores.logits[sp.valid & ~kept_label]
+    if unl is not None:  # an unlabelled cell is not suppressed either, unless its pair was asked
+        asked_bg = (torch.gather(comp, 1, sp.flat.clamp(min=0)) if complete is not None
+                    else torch.zeros_like(sp.valid))[sp.valid & ~kept_label]
+        bg = bg.masked_fill(unl[None, :] & ~asked_bg[:, None], float("-inf"))
+    terms["background"] = background_loss(bg, cfg.background_topk)
     cat_ok = box_valid & (categories >= 0)
     terms["grounding"] = grounding_loss(out.grounding[cat_ok], space.category_bank, categories[cat_ok],
                                         cfg.grounding_scale)

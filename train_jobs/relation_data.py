@@ -75,6 +75,12 @@ class DataConfig(StrictConfig):
                                     "fact from the other end (inverse or symmetric group) and the sourced entailments "
                                     "of relate/predicate_knowledge.yaml ('on' -> 'touching'), so the objective counts "
                                     "them as positives rather than unlabelled cells (relate.entailment)")
+    unlabelled_families: list[str] = Field(default_factory=list, description="predicate families the annotation's "
+                                           "passes do not decide (relate/predicate_knowledge.yaml names): on a pair no "
+                                           "pass was asked every relation of, a predicate of these families that was "
+                                           "not stated is unlabelled, not a negative (in the InfoNCE, the per-cell "
+                                           "sigmoid and the background term); on an asked pair it stays a negative. A "
+                                           "corpus that states its full truth has none")
     decode_concurrency: int = Field(1, ge=1, description="Ray Data decode tasks in flight")
     block_rows: int = Field(64, ge=1, description="training rows a Ray Data block holds (one decode task's output), so "
                             "the stream's first batch waits for one block to decode, not for the whole table")
@@ -86,6 +92,17 @@ class DataConfig(StrictConfig):
                                "visit, each drawing its own jitter. The folder must be readable where the decode "
                                "tasks run: a shared filesystem on a multi-node cluster. For small pictures (the CPU "
                                "recipes' 96-112 px: about 28 KB a row)")
+
+    @field_validator("unlabelled_families")
+    @classmethod
+    def _known_families(cls, v: list[str]) -> list[str]:
+        from relate.predicate_knowledge import load_predicate_knowledge
+
+        known = load_predicate_knowledge().families
+        bad = sorted(set(v) - set(known))
+        if bad:
+            raise ValueError(f"{bad} are not families of relate/predicate_knowledge.yaml ({sorted(known)})")
+        return v
 
     @field_validator("text_encoder")
     @classmethod
@@ -241,9 +258,20 @@ def build_space(cfg: DataConfig, text_dim: int) -> dict:
     conditions = condition_columns(strings)
     space = PredicateSpace(t(group.astype(np.int64)), t(inverse), t(pdir), t(p_cond), t(syn),
                            torch.tensor(cols, dtype=torch.long), t(cat_bank), t(_pair_rate(train, categories)),
-                           t(scope), t(family), t(conditions), t(p_unstated))
+                           t(scope), t(family), t(conditions), t(p_unstated), _unlabelled(cfg, keys))
     return {"space": space, "bank": bank, "forms": strings, "categories": categories, "n_train": train.num_rows,
             "isotonic_synonym": iso, "sources": sources}
+
+
+def _unlabelled(cfg: DataConfig, keys: list[str]) -> torch.Tensor | None:
+    """(Va,) bool: the strings of ``data.unlabelled_families`` (None when it is empty or the corpus states
+    its full truth, where an unstated cell is a true negative)."""
+    from relate.predicate_knowledge import load_predicate_knowledge
+
+    if not cfg.unlabelled_families or states_full_truth(cfg.corpus_root):
+        return None
+    groups = load_predicate_knowledge().groups  # the names were checked with the config
+    return torch.tensor([k in groups and groups[k].family in cfg.unlabelled_families for k in keys], dtype=torch.bool)
 
 
 def family_ids(cfg: DataConfig, keys: list[str]) -> np.ndarray:

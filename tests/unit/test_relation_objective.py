@@ -328,3 +328,34 @@ def test_an_asked_pair_has_no_eq3_discount_in_the_infonce():
                                      (L[4][UNDER], 1.0)])
     r4 = _row([(L[5][UNDER], 1.0)], [(L[5][ON], 1.0), (L[5][HOLDING], 1.0), (L[5][NEAR], 1.0)])
     assert got["infonce"].item() == pytest.approx((r1 + r2 + r3 + r4) / 4, abs=1e-5)
+
+
+def _grads(term: str, space: PredicateSpace, complete=None, **kw) -> torch.Tensor:
+    out, rels, cats, valid = _batch()
+    out.scores.logits.requires_grad_(True)
+    got = relation_objective(out, rels, cats, valid, space, _only(term, **kw), complete=complete)
+    got[term].backward()
+    return out.scores.logits.grad[0]
+
+
+@pytest.mark.parametrize("term,kw", [("sigmoid", {"sigmoid_rows": "sampled"}), ("sigmoid", {}), ("infonce", {}),
+                                     ("background", {})])
+def test_unlabelled_family_has_no_negatives_off_asked_pairs(term, kw):
+    """data.unlabelled_families: "near" unstated on a pair nobody asked every relation of is no negative
+    (no gradient from the term), stated it is still a positive, and on an asked pair unstated it is a
+    negative again. Rows 0 and 1 are the pair {0, 1} ("on"), row 1 unannotated; row 4 states "near"."""
+    plain, unl = _space(), _space()
+    unl.unlabelled = torch.zeros(7, dtype=torch.bool)
+    unl.unlabelled[NEAR] = True
+    before, after = _grads(term, plain, **kw), _grads(term, unl, **kw)
+    rows = {"sigmoid": [0, 1] if kw else [0], "infonce": [0], "background": [1]}[term]
+    for r in rows:
+        assert before[r, NEAR].abs() > 1e-4, (term, r)  # pushed down as a negative without the setting
+        assert after[r, NEAR] == 0.0, (term, r)
+    if term == "sigmoid":
+        assert after[4, NEAR] < 0  # the stated "near" is still pulled up
+    complete = torch.zeros(1, N * N, dtype=torch.bool)
+    complete[0, [0 * N + 1, 1 * N + 0]] = True  # the pair {0, 1} asked about, both ways
+    asked = _grads(term, unl, complete=complete, **kw)
+    for r in rows:
+        assert asked[r, NEAR] > 1e-4, (term, r)  # a negative again: gradient pushes the logit down

@@ -217,3 +217,22 @@ def test_decode_marks_asked_pairs_complete_both_ways(tmp_path):
            "asked_pairs": [{"subject": 0, "object": 2}]}
     got = DecodeStage(16, DataConfig(photometric=0.0, max_boxes=3), ["on"], ["cup"])(pa.Table.from_pylist([row]))
     assert sorted(np.flatnonzero(got["complete"][0]).tolist()) == [0 * 3 + 2, 2 * 3 + 0]
+
+
+def test_unlabelled_families_mark_their_groups_except_on_a_full_truth_world(tmp_path):
+    from relate.config import dump_config
+    from relate.data.synthetic import SyntheticConfig
+    from train_jobs.relation_data import _unlabelled
+
+    keys = ["brighter_than", "darker_than", "same_colour_as", "left_of", "near", "no such group"]
+    got = {}
+    for coverage in ("stated", "full"):
+        root = tmp_path / coverage
+        root.mkdir()
+        dump_config(SyntheticConfig(coverage=coverage), root / "synthetic_config.yaml")
+        got[coverage] = _unlabelled(DataConfig(corpus_root=str(root), unlabelled_families=["appearance"]), keys)
+    assert got["stated"].tolist() == [True, True, True, False, False, False]
+    assert got["full"] is None  # every unstated cell of a full-truth corpus is a true negative
+    assert _unlabelled(DataConfig(corpus_root=str(tmp_path / "stated")), keys) is None
+    with pytest.raises(ValueError, match="colour.*not families"):  # refused with the config, before any work
+        DataConfig(corpus_root=str(tmp_path / "stated"), unlabelled_families=["colour"])
