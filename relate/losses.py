@@ -326,6 +326,8 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     if space.unlabelled is not None and bool(space.unlabelled.any()):
         unl = space.unlabelled.to(rels.device)[cols]
         asked_u = comp_u if comp_u is not None else torch.zeros(upair.shape[0], dtype=torch.bool, device=rels.device)
+        # (B, P) whether each sampled pair was asked about
+        asked_cells = torch.gather(comp, 1, sp.flat.clamp(min=0)) if complete is not None else torch.zeros_like(sp.valid)
         neg_logw = neg_logw.masked_fill(unl[None, :] & ~asked_u[row_pair][:, None], float("-inf"))
     known_true = group_hit[row_pair][:, gcols] & ~same
     neg_logw = neg_logw.masked_fill(known_true | same, float("-inf"))
@@ -362,8 +364,6 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
             neg_w = torch.where(torch.gather(comp, 1, sp.flat.clamp(min=0))[..., None], torch.ones_like(neg_w), neg_w)
         neg_w[b_p, pm[b_p, flat_p]] = pair_logw[:, cols].exp().to(neg_w.dtype)
         if unl is not None:
-            asked_cells = (torch.gather(comp, 1, sp.flat.clamp(min=0)) if complete is not None
-                           else torch.zeros_like(sp.valid))
             all_neg = all_neg & ~(unl[None, None, :] & ~asked_cells[..., None])
         terms["sigmoid"] = sigmoid_pooled_loss(out.scores.logits[sp.valid], all_pos[sp.valid], all_neg[sp.valid],
                                                neg_w[sp.valid])
@@ -377,9 +377,7 @@ def relation_objective(out, rels: torch.Tensor, categories: torch.Tensor, box_va
     kept_label = torch.gather(labels, 1, sp.flat)
     bg = out.scores.logits[sp.valid & ~kept_label]
     if unl is not None:  # an unlabelled cell is not suppressed either, unless its pair was asked
-        asked_bg = (torch.gather(comp, 1, sp.flat.clamp(min=0)) if complete is not None
-                    else torch.zeros_like(sp.valid))[sp.valid & ~kept_label]
-        bg = bg.masked_fill(unl[None, :] & ~asked_bg[:, None], float("-inf"))
+        bg = bg.masked_fill(unl[None, :] & ~asked_cells[sp.valid & ~kept_label][:, None], float("-inf"))
     terms["background"] = background_loss(bg, cfg.background_topk)
     cat_ok = box_valid & (categories >= 0)
     terms["grounding"] = grounding_loss(out.grounding[cat_ok], space.category_bank, categories[cat_ok],
