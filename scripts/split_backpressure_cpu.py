@@ -15,26 +15,18 @@ queued blocks outgrow the budget (a smaller object store, larger pictures).
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 
 def _cpu_of(word: str) -> float:
-    tot = 0.0
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/cmdline", "rb") as fh:
-                    if word not in fh.read().decode(errors="replace"):
-                        continue
-                with open(f"/proc/{p}/stat") as fh:
-                    f = fh.read().rsplit(")", 1)[1].split()
-                tot += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-            except OSError:
-                pass
-    return tot
+    """CPU seconds so far of every process whose command line holds ``word``."""
+    from benchmarks.annotate_overhead import _proc_table
+
+    return sum(cpu for _, cmd, cpu in _proc_table().values() if word in cmd)
 
 
 class _Images:
@@ -72,4 +64,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     main()
