@@ -1,6 +1,6 @@
-"""The mechanisms that let a model trained on annotation learn what holds beyond it are on in both the
-CPU recipe and the released one (issue 47: a user training on real VLM annotation gets them without
-knowing they exist).
+"""The mechanisms that let a model trained on annotation learn what holds beyond it are on in the CPU
+recipes (the demo's and the 30-minute one) and the released one (issue 47): a user training on real
+VLM annotation gets them without knowing they exist.
 
 Each mechanism's own effect is tested where it lives (``test_relation_objective.py``: the gradient of
 every term with and without it; ``test_entailment.py``; ``test_relation_space.py``). Here: the recipes
@@ -22,7 +22,7 @@ from train_jobs.relation_data import DataConfig, _unlabelled
 CONFIGS = Path(__file__).resolve().parents[2] / "train_jobs" / "configs"
 
 
-@pytest.mark.parametrize("name", ["cpu_long.yaml", "released.yaml"])
+@pytest.mark.parametrize("name", ["cpu_small.yaml", "cpu_long.yaml", "released.yaml"])
 def test_recipe_switches_on_every_annotation_gap_mechanism(name):
     cfg = load_config(TrainRelationConfig, CONFIGS / name)
     assert cfg.data.implied_relations, f"{name}: stated facts' converses and entailments"
