@@ -72,6 +72,37 @@ def test_deformable_read_starts_as_identity_and_gate_gets_gradient():
     assert read.gate.grad is not None and read.gate.grad.abs() > 0
 
 
+def test_bilinear_read_is_grid_sample_then_the_weighted_sum():
+    """The deformable read's one-matrix form against torch's own grid_sample (bilinear, border padding,
+    align_corners=False) followed by the attention-weighted sum: values and the gradients of the map,
+    the points and the weights, with points on pixel centres, on the frame's outer edges (-1, 1),
+    just inside and just past them, and far outside (border padding reads the edge)."""
+    from relate.model.deformable import bilinear_read
+
+    g = torch.Generator().manual_seed(0)
+    n, c, h, w, p = 3, 5, 6, 7, 4
+    centre_x, centre_y = (2 * 3 + 1) / w - 1, (2 * 2 + 1) / h - 1  # the centre of pixel (x=3, y=2)
+    fixed = torch.tensor([[centre_x, centre_y], [-1.0, -1.0], [1.0, 1.0], [1.0 - 1e-4, -1.0 + 1e-4],
+                          [1.0 + 1e-4, -1.0 - 1e-4], [-3.0, 0.2], [0.3, 4.0], [1 - 1 / w, 1 - 1 / h]])
+    rand = torch.rand(n, p, 10, 2, generator=g) * 3 - 1.5
+    grid = torch.cat([fixed.expand(n, p, -1, -1), rand], dim=2).requires_grad_(True)
+    k = grid.shape[2]
+    val = torch.randn(n, c, h, w, generator=g, requires_grad=True)
+    weights = torch.rand(n, p, k, generator=g).requires_grad_(True)
+    probe = torch.randn(n, p, c, generator=g)
+
+    ref = (F.grid_sample(val, grid, mode="bilinear", padding_mode="border", align_corners=False)
+           * weights[:, None]).sum(-1).permute(0, 2, 1)  # (N, C, P, K) -> (N, P, C)
+    grads_ref = torch.autograd.grad((ref * probe).sum(), (val, grid, weights))
+    got = bilinear_read(val, grid, weights)
+    grads = torch.autograd.grad((got * probe).sum(), (val, grid, weights))
+    assert torch.allclose(got, ref, atol=1e-5)
+    # pixel (3, 2)'s centre reads that pixel alone
+    one = bilinear_read(val, fixed[:1].expand(n, 1, 1, 2), torch.ones(n, 1, 1))
+    assert torch.allclose(one[:, 0], val[:, :, 2, 3], atol=1e-6)
+    for name, a, b in zip(("map", "points", "weights"), grads, grads_ref):
+        assert torch.allclose(a, b, atol=1e-4), name
+
 def test_deformable_ring_init_distinct_and_offsets_unbounded():
     rings = ring_offsets(8, 4, 0.5, 1.5)
     pts = rings[:, 0].reshape(-1, 2)
