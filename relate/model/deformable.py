@@ -47,6 +47,9 @@ def bilinear_read(val: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor) 
     exactly ``(grid_sample(val, grid, "bilinear", "border", align_corners=False) * weights).sum(K)``
     (a point beyond the frame reads its edge; the gradient reaches val, grid and weights as there)."""
     n, c, h, w = val.shape
+    # positions and weights in float32 whatever autocast gives (grid_sample, which this replaces, runs
+    # in float32 under autocast): a bfloat16 coordinate near 14 is off by up to 1/16 of a cell
+    grid, weights = grid.float(), weights.float()
     # align_corners=False: -1 and 1 are the outer pixels' outer edges; border: clamp to the pixel centres
     ix = (((grid[..., 0] + 1) * w - 1) * 0.5).clamp(0, w - 1)
     iy = (((grid[..., 1] + 1) * h - 1) * 0.5).clamp(0, h - 1)
@@ -57,8 +60,8 @@ def bilinear_read(val: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor) 
     cells = torch.cat([y0 * w + x0, y0 * w + x1, y1 * w + x0, y1 * w + x1], dim=-1)
     gx, gy = 1 - fx, 1 - fy
     corner = torch.cat([gy * gx * weights, gy * fx * weights, fy * gx * weights, fy * fx * weights], dim=-1)
-    mix = val.new_zeros(n, grid.shape[1], h * w).scatter_add(-1, cells, corner)  # (N, P, h*w)
-    return torch.bmm(mix, val.flatten(2).transpose(1, 2))
+    mix = corner.new_zeros(n, grid.shape[1], h * w).scatter_add(-1, cells, corner)  # (N, P, h*w)
+    return torch.bmm(mix.to(val.dtype), val.flatten(2).transpose(1, 2))
 
 
 class DeformableRead(nn.Module):

@@ -103,6 +103,23 @@ def test_bilinear_read_is_grid_sample_then_the_weighted_sum():
     for name, a, b in zip(("map", "points", "weights"), grads, grads_ref):
         assert torch.allclose(a, b, atol=1e-4), name
 
+
+def test_deformable_read_under_bfloat16_autocast_matches_float32():
+    """The released recipe trains under autocast (optim.amp on CUDA): the read's linear layers then give
+    bfloat16 values and offsets while its softmax stays float32. The read must run (the scatter of
+    float32 weights into a bfloat16 buffer fails) and keep its positions in float32, as grid_sample did,
+    so it stays within bfloat16 round-off of the float32 read."""
+    torch.manual_seed(0)
+    read = DeformableRead(32, DeformableConfig(heads=4, points=4, null_slots=2))
+    with torch.no_grad():
+        read.gate.fill_(1.0)
+    x, fmap = torch.randn(2, 5, 32), torch.randn(2, 32, 6, 6)
+    anchors = torch.tensor([0.1, 0.1, 0.4, 0.4]).expand(2, 5, 4, 4).clone()
+    ref = read(x, fmap, anchors)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = read(x, fmap, anchors)
+    assert torch.allclose(got.float(), ref, atol=0.02 * float(ref.abs().max()))
+
 def test_deformable_ring_init_distinct_and_offsets_unbounded():
     rings = ring_offsets(8, 4, 0.5, 1.5)
     pts = rings[:, 0].reshape(-1, 2)
