@@ -48,7 +48,7 @@ def bilinear_read(val: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor) 
     (a point beyond the frame reads its edge; the gradient reaches val, grid and weights as there)."""
     n, c, h, w = val.shape
     # positions and weights in float32 whatever autocast gives (grid_sample, which this replaces, runs
-    # in float32 under autocast): a bfloat16 coordinate near 14 is off by up to 1/16 of a cell
+    # in float32 under autocast): bfloat16 coordinates between 8 and 16 come in steps of 1/16 of a cell
     grid, weights = grid.float(), weights.float()
     # align_corners=False: -1 and 1 are the outer pixels' outer edges; border: clamp to the pixel centres
     ix = (((grid[..., 0] + 1) * w - 1) * 0.5).clamp(0, w - 1)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from relate.model.backbone import create_backbone
 from relate.model.branches import TwoBranchHead
 from relate.model.config import BackboneConfig, DeformableConfig, RelationModelConfig, SamplerConfig
-from relate.model.deformable import DeformableRead, ring_offsets
+from relate.model.deformable import DeformableRead, bilinear_read, ring_offsets
 from relate.model.queries import FourierEncoding, region_prior
 from relate.model.sampler import PairSampler, candidate_grid
 from relate.model.score import Calibration, fit_platt, relation_score
@@ -77,8 +77,6 @@ def test_bilinear_read_is_grid_sample_then_the_weighted_sum():
     align_corners=False) followed by the attention-weighted sum: values and the gradients of the map,
     the points and the weights, with points on pixel centres, on the frame's outer edges (-1, 1),
     just inside and just past them, and far outside (border padding reads the edge)."""
-    from relate.model.deformable import bilinear_read
-
     g = torch.Generator().manual_seed(0)
     n, c, h, w, p = 3, 5, 6, 7, 4
     centre_x, centre_y = (2 * 3 + 1) / w - 1, (2 * 2 + 1) / h - 1  # the centre of pixel (x=3, y=2)
@@ -119,6 +117,7 @@ def test_deformable_read_under_bfloat16_autocast_matches_float32():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = read(x, fmap, anchors)
     assert torch.allclose(got.float(), ref, atol=0.02 * float(ref.abs().max()))
+
 
 def test_deformable_ring_init_distinct_and_offsets_unbounded():
     rings = ring_offsets(8, 4, 0.5, 1.5)
