@@ -145,6 +145,21 @@ def _train_and_score(cfg: LearningCurveConfig, source: CurveSource, seed: int) -
             for (path, m), f in zip(res.checkpoints, figs)]
 
 
+def _require_inputs(cfg: LearningCurveConfig, missing: Sequence[tuple]) -> None:
+    """Every corpus a missing run trains on, and the world that scores it, exist: refused here, before
+    Ray starts and any run trains, not when the first run that reads a missing one starts (after the
+    runs before it, tens of minutes each)."""
+    from relate.data.corpus import require_corpus
+    from relate.job_inputs import MAKE_WORLD, require_path
+
+    if not missing:
+        return
+    require_path(cfg.truth_root, "synthetic world (truth_root) that scores every checkpoint", MAKE_WORLD)
+    for source in dict.fromkeys(entry[0].corpus_root for entry in missing):
+        for split in ("train", "val"):  # what each run trains on, and validates on every run.val_every steps
+            require_corpus(source, f"{split} split of a source's corpus (sources[].corpus_root)", splits=[split])
+
+
 def _report(cfg: LearningCurveConfig, rows: Sequence[dict], out: Path) -> dict:
     """The report: each run's final checkpoint scored once on the whole report split, after every run
     has trained; per source the mean over seeds with its interval over seeds and images, and each
@@ -327,9 +342,8 @@ def main(cfg: LearningCurveConfig) -> LearningCurveResult:
     out = Path(cfg.out_dir)
     (out / "scores").mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "learning_curve_config.yaml")
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, configure_logging=False)
-    rows: list[dict] = []
+    by_run: dict[tuple[str, int], list[dict]] = {}
+    missing: list[tuple[CurveSource, int, Path, list[str]]] = []
     for source in cfg.sources:
         for seed in cfg.seeds:
             kept = out / "scores" / f"{source.name}-seed{seed}.json"
@@ -338,14 +352,20 @@ def main(cfg: LearningCurveConfig) -> LearningCurveResult:
             saved = json.loads(kept.read_text()) if kept.is_file() else None
             if saved is not None and saved.get("settings") == settings and all("checkpoint" in r for r in saved["rows"]):
                 print(f"{source.name} seed {seed}: kept scores {kept}", flush=True)
-                rows.extend(saved["rows"])
-                continue
-            print(f"{source.name} seed {seed}: training {cfg.steps} steps on {source.corpus_root}", flush=True)
-            run_rows = _train_and_score(cfg, source, seed)
-            tmp = kept.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"settings": settings, "rows": run_rows}, indent=1))
-            tmp.replace(kept)  # atomic: a crash never leaves half a record
-            rows.extend(run_rows)
+                by_run[(source.name, seed)] = saved["rows"]
+            else:
+                missing.append((source, seed, kept, settings))
+    _require_inputs(cfg, missing)  # before Ray starts
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, configure_logging=False)
+    for source, seed, kept, settings in missing:
+        print(f"{source.name} seed {seed}: training {cfg.steps} steps on {source.corpus_root}", flush=True)
+        run_rows = _train_and_score(cfg, source, seed)
+        tmp = kept.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"settings": settings, "rows": run_rows}, indent=1))
+        tmp.replace(kept)  # atomic: a crash never leaves half a record
+        by_run[(source.name, seed)] = run_rows
+    rows = [r for source in cfg.sources for seed in cfg.seeds for r in by_run[(source.name, seed)]]
     names = [s.name for s in cfg.sources]
     summary, table = summarise(rows, names)
     table = f"Curves: {cfg.eval_split} split" + (f", first {cfg.eval_images} images" if cfg.eval_images else "") + \

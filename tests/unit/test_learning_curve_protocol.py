@@ -50,6 +50,10 @@ def recorded(monkeypatch, tmp_path):
     monkeypatch.setattr(lc, "_run_scoring", score)
     monkeypatch.setattr(lc, "source_coverage", lambda corpus, truth: {"spatial": {"covered": 1.0, "not_true": 0.0}})
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    for folder in ("a/corpus/train", "a/corpus/val", "b/corpus/train", "b/corpus/val", "w"):  # the inputs a run needs
+        (tmp_path / folder).mkdir(parents=True)
+        if "corpus" in folder:
+            (tmp_path / folder / "part-0.parquet").touch()
     return events
 
 
@@ -88,3 +92,14 @@ def test_curves_on_the_report_split_are_refused(tmp_path):
     with pytest.raises(ValueError, match="both 'test'"):
         _cfg(tmp_path, eval_split="test")
     assert _cfg(tmp_path, eval_split="test", report_split=None).report_split is None
+
+
+def test_a_missing_corpus_is_refused_before_any_run_trains(recorded, tmp_path):
+    """The second source has no validation split: refused up front, naming it, with nothing trained
+    (not after the first source's runs have trained)."""
+    from relate.job_inputs import MissingInputError
+
+    (tmp_path / "b" / "corpus" / "val" / "part-0.parquet").unlink()
+    with pytest.raises(MissingInputError, match=r"val split of a source's corpus.*b \(splits \['val'\]\)"):
+        lc.main(_cfg(tmp_path))
+    assert recorded == []
