@@ -24,7 +24,10 @@ final step per source on the curves' split, and the report), ``curves.json`` (th
 report under ``report``), ``curves_steps.png`` and ``curves_time.png``. A finished run's curve is
 kept in ``<out_dir>/scores/<source>-seed<seed>.json`` and its report cells in
 ``<source>-seed<seed>-<split>.npz``, so an interrupted job, or one given more seeds, trains and
-scores only what is missing.
+scores only what is missing. With ``concurrent_runs`` > 1 that many runs train at once, each driven
+from its own Ray task, and each is kept as soon as it finishes: on a cluster one run per group of
+workers; on a 2-core machine two runs of one worker and one torch thread each
+(``run.num_workers=1``, ``run.worker.num_cpus=0.5``, ``run.torch_threads=1``).
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ class LearningCurveConfig(StrictConfig):
     eval_every: int = Field(100, gt=0, description="steps between scored checkpoints")
     out_dir: Location = Field("runs/learning_curve", description="where runs, scores, table and plots go")
     score_cpus: float = Field(1.0, gt=0, description="CPUs per checkpoint-scoring Ray task")
+    concurrent_runs: int = Field(1, ge=1, description="runs trained at once, each driven from its own Ray task; "
+                                 "1 trains them one after another in this process. Refused up front when that "
+                                 "many runs' Ray Train workers would leave their input pipelines no CPU")
 
     @model_validator(mode="after")
     def _check(self) -> "LearningCurveConfig":
@@ -158,6 +164,79 @@ def _require_inputs(cfg: LearningCurveConfig, missing: Sequence[tuple]) -> None:
     for source in dict.fromkeys(entry[0].corpus_root for entry in missing):
         for split in ("train", "val"):  # what each run trains on, and validates on every run.val_every steps
             require_corpus(source, f"{split} split of a source's corpus (sources[].corpus_root)", splits=[split])
+
+
+def _timed_run(cfg: LearningCurveConfig, source: CurveSource, seed: int, cwd: str) -> list[dict]:
+    """``_train_and_score`` from ``cwd`` (a Ray task's relative paths mean what they meant in the
+    driver), each row stamped with the run's start and end (epoch seconds)."""
+    import os
+    import time
+
+    os.chdir(cwd)
+    start = time.time()
+    rows = _train_and_score(cfg, source, seed)
+    return [{**r, "run_started": start, "run_ended": time.time()} for r in rows]
+
+
+def worker_cpus_of_run(cfg: LearningCurveConfig) -> float:
+    """The CPUs one run's Ray Train workers reserve (``run.num_workers`` x ``run.worker.num_cpus``)."""
+    from relate.config import load_config
+    from train_jobs.train_relation import TrainRelationConfig
+
+    run = load_config(TrainRelationConfig, cfg.recipe, list(cfg.overrides)).run
+    return run.num_workers * (run.worker.num_cpus or 0.0)
+
+
+def check_concurrency(runs: int, worker_cpus: float, cluster_cpus: float) -> None:
+    """``runs`` runs' workers must leave CPU for their input pipelines (each run's Ray Data decode
+    actors need a share of a CPU): with none left, Ray Data waits for resources that never free."""
+    if runs > 1 and runs * worker_cpus >= cluster_cpus:
+        raise ValueError(f"concurrent_runs={runs} runs x {worker_cpus:g} CPU of Ray Train workers each = "
+                         f"{runs * worker_cpus:g} of the cluster's {cluster_cpus:g} CPUs: nothing is left for their "
+                         "input pipelines (Ray Data), which would wait forever; lower concurrent_runs, "
+                         "run.num_workers or run.worker.num_cpus")
+
+
+def _train_missing(cfg: LearningCurveConfig, missing: Sequence[tuple]):
+    """Train every missing run and yield ``(entry, rows)`` as each finishes, so its record is kept at
+    once. With ``concurrent_runs`` > 1 up to that many run at a time, each driven from a Ray task;
+    a run that fails stops new ones from starting, the others in flight finish and are kept, and the
+    failures are raised together, naming each run."""
+    import os
+
+    if cfg.concurrent_runs == 1 or len(missing) <= 1:
+        for source, seed, *rest in missing:
+            print(f"{source.name} seed {seed}: training {cfg.steps} steps on {source.corpus_root}", flush=True)
+            yield (source, seed, *rest), _timed_run(cfg, source, seed, os.getcwd())
+        return
+    import ray
+
+    check_concurrency(min(cfg.concurrent_runs, len(missing)), worker_cpus_of_run(cfg),
+                      float(ray.cluster_resources().get("CPU", 0.0)))
+    # the task only drives its run: the run's Ray Train workers and scoring tasks ask for the CPUs they use
+    drive = ray.remote(num_cpus=0, max_retries=0)(_timed_run)
+    queue, pending, failed = list(missing), {}, []
+    while queue or pending:
+        while queue and not failed and len(pending) < cfg.concurrent_runs:
+            entry = queue.pop(0)
+            print(f"{entry[0].name} seed {entry[1]}: training {cfg.steps} steps on {entry[0].corpus_root} "
+                  f"({len(pending) + 1} of at most {cfg.concurrent_runs} at once)", flush=True)
+            pending[drive.remote(cfg, entry[0], entry[1], os.getcwd())] = entry
+        if not pending:
+            break
+        (ref,), _ = ray.wait(list(pending), num_returns=1)
+        entry = pending.pop(ref)
+        try:
+            run_rows = ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - recorded, and raised below once the others have finished
+            print(f"{entry[0].name} seed {entry[1]}: failed: {exc}", flush=True)
+            failed.append((entry, exc))
+            continue
+        yield entry, run_rows
+    if failed:
+        names = ", ".join(f"{e[0].name} seed {e[1]}" for e, _ in failed)
+        raise RuntimeError(f"{len(failed)} run(s) failed ({names}); the finished runs are kept in "
+                           f"{cfg.out_dir}/scores, and a rerun trains only what is missing") from failed[0][1]
 
 
 def _report(cfg: LearningCurveConfig, rows: Sequence[dict], out: Path) -> dict:
@@ -358,9 +437,7 @@ def main(cfg: LearningCurveConfig) -> LearningCurveResult:
     _require_inputs(cfg, missing)  # before Ray starts
     if not ray.is_initialized():
         ray.init(include_dashboard=False, configure_logging=False)
-    for source, seed, kept, settings in missing:
-        print(f"{source.name} seed {seed}: training {cfg.steps} steps on {source.corpus_root}", flush=True)
-        run_rows = _train_and_score(cfg, source, seed)
+    for (source, seed, kept, settings), run_rows in _train_missing(cfg, missing):
         tmp = kept.with_suffix(".tmp")
         tmp.write_text(json.dumps({"settings": settings, "rows": run_rows}, indent=1))
         tmp.replace(kept)  # atomic: a crash never leaves half a record

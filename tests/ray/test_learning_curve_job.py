@@ -1,7 +1,8 @@
 """train_jobs.learning_curve end to end on a local Ray instance: two sources on the same images (the
-world's full truth and its stated relations), a tiny model, two checkpoints per run scored on the
-validation split, the final ones once on the whole test split with intervals; then a rerun that
-trains and scores nothing (the kept scores and report cells are reused)."""
+world's full truth and its stated relations) trained at once, each from its own Ray task, with a
+third whose corpus cannot be read failing beside them; a tiny model, two checkpoints per run scored
+on the validation split, the final ones once on the whole test split with intervals; then a rerun
+that trains and scores nothing (the kept scores and report cells are reused)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 TINY = ["model.backbone.img_size=32", "model.backbone.depth=2", "model.backbone.taps=[-2, -1]", "model.dim=32",
         "model.scene_grid=2", "model.sampler.geometry_keep=24", "model.sampler.learned_keep=12", "data.rungs=[1.0]",
         "optim.batch_size=4", "optim.warmup_steps=1", "run.val_images=4", "run.log_every=100",
-        "run.worker.num_cpus=0.5", "data.max_relations=128"]
+        "run.num_workers=1", "run.worker.num_cpus=0.5", "data.max_relations=128"]
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +37,34 @@ def worlds(tmp_path_factory):
 def test_curves_for_two_sources_and_kept_scores(ray_session, worlds, tmp_path, capsys):
     from train_jobs.learning_curve import LearningCurveConfig, main
 
-    def cfg(steps):
+    broken = tmp_path / "broken"  # passes the inputs check (its shards are there), fails once its run reads them
+    for split in ("train", "val"):
+        (broken / "corpus" / split).mkdir(parents=True)
+        (broken / "corpus" / split / "part-0.parquet").write_bytes(b"not parquet")
+
+    def cfg(steps, extra=(), **kw):
         return LearningCurveConfig(
             overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}"],
             sources=[{"name": "truth", "corpus_root": str(worlds["full"])},
-                     {"name": "annotated", "corpus_root": str(worlds["stated"])}],
-            truth_root=str(worlds["stated"]), seeds=[0], steps=steps, eval_every=2, out_dir=str(tmp_path / "lc"))
+                     {"name": "annotated", "corpus_root": str(worlds["stated"])}, *extra],
+            truth_root=str(worlds["stated"]), seeds=[0], steps=steps, eval_every=2, out_dir=str(tmp_path / "lc"),
+            score_cpus=0.5, **kw)
 
-    res = main(cfg(4))
+    # two runs at once (one 0.5-CPU worker each on the session's 2 CPUs); the third fails once it starts,
+    # and the two that trained are kept
+    with pytest.raises(RuntimeError, match=r"1 run\(s\) failed \(broken seed 0\)"):
+        main(cfg(4, [{"name": "broken", "corpus_root": str(broken)}], concurrent_runs=2))
+    spans = {}
+    for src in ("truth", "annotated"):
+        kept = json.loads((tmp_path / "lc" / "scores" / f"{src}-seed0.json").read_text())["rows"]
+        spans[src] = (kept[0]["run_started"], kept[0]["run_ended"])
+    assert not (tmp_path / "lc" / "scores" / "broken-seed0.json").exists()
+    assert max(a for a, _ in spans.values()) < min(b for _, b in spans.values()), spans  # they overlapped
+
+    capsys.readouterr()
+    res = main(cfg(4))  # one after another in this process: both runs are kept, nothing trains
+    printed = capsys.readouterr().out
+    assert printed.count("kept scores") == 2 and "training 4 steps" not in printed
     rows = res.rows
     assert sorted((r["source"], r["step"]) for r in rows) == [("annotated", 2), ("annotated", 4), ("truth", 2), ("truth", 4)]
     for r in rows:
@@ -65,7 +86,6 @@ def test_curves_for_two_sources_and_kept_scores(ray_session, worlds, tmp_path, c
     assert "Report: test split, all 8 images" in table
     kept = json.loads((out / "scores" / "truth-seed0.json").read_text())
     assert len(kept["rows"]) == 2
-    capsys.readouterr()
     again = main(cfg(4))  # nothing to train or score: the kept scores and cells are read back
     printed = capsys.readouterr().out
     assert "kept scores" in printed and "report: scoring" not in printed

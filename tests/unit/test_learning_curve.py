@@ -4,10 +4,12 @@ and its config checks, on rows worked by hand."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from scipy import stats
 
+import train_jobs.learning_curve as lc
 from train_jobs.learning_curve import LearningCurveConfig, plot_curves, summarise
 
 pytestmark = pytest.mark.unit
@@ -54,3 +56,23 @@ def test_config_refuses_duplicate_sources_and_a_budget_below_one_evaluation():
         LearningCurveConfig(sources=src * 2, truth_root="/tmp/w")
     with pytest.raises(ValueError, match="eval_every"):
         LearningCurveConfig(sources=src, truth_root="/tmp/w", steps=50, eval_every=100)
+
+
+def test_concurrent_runs_must_leave_their_input_pipelines_a_cpu():
+    """Two runs of two 0.5-CPU workers on 2 CPUs hold all of them, and each run's Ray Data decode
+    actors then wait forever (seen: a hang, not an error); one CPU less for the workers fits."""
+    lc.check_concurrency(2, 0.5, 2.0)
+    lc.check_concurrency(1, 2.0, 2.0)  # one at a time: Ray Train itself waits for its workers' resources
+    with pytest.raises(ValueError, match=r"concurrent_runs=2 runs x 1 CPU .* = 2 of the cluster's 2 CPUs"):
+        lc.check_concurrency(2, 1.0, 2.0)
+    with pytest.raises(ValueError, match="concurrent_runs=3"):
+        lc.check_concurrency(3, 0.75, 2.0)
+
+
+def test_a_runs_worker_cpus_come_from_its_recipe_and_overrides():
+    recipe = str(Path(lc.__file__).parent / "configs" / "cpu_small.yaml")
+    base = lc.LearningCurveConfig(recipe=recipe, sources=[{"name": "a", "corpus_root": "x"}], truth_root="w")
+    one = base.model_copy(update={"overrides": ["run.num_workers=1", "run.worker.num_cpus=0.5"]})
+    assert lc.worker_cpus_of_run(one) == 0.5
+    three = base.model_copy(update={"overrides": ["run.num_workers=3", "run.worker.num_cpus=0.25"]})
+    assert lc.worker_cpus_of_run(three) == 0.75
