@@ -36,8 +36,11 @@ CONFIG = Path(__file__).resolve().parent / "configs" / "cpu_small.yaml"
 NEEDED = ("model/syn/mR@50", "model/syn_nogc/mR@50")  # a kept run without these is scored again
 
 
-def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
-    """Mean and the two ends of its Student-t 95% interval over seeds (one value: no interval)."""
+def mean_interval(values: Sequence[float], within: tuple[float, float] | None = None) -> tuple[float, float, float]:
+    """Mean and the two ends of its Student-t 95% interval over seeds (one value: no interval).
+    ``within``: the figure's own range (an AP lies in [0, 1], a difference of two in [-1, 1]); the
+    interval's ends are kept inside it, as the true value is (with three seeds near 1.0 the t interval
+    runs past it)."""
     from scipy import stats
 
     n = len(values)
@@ -46,7 +49,9 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
         return m, float("nan"), float("nan")
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
     h = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
-    return m, m - h, m + h
+    if within is None:
+        return m, m - h, m + h
+    return m, max(m - h, within[0]), min(m + h, within[1])
 
 
 def format_cell(c: dict | None, delta: str) -> str:

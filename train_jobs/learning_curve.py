@@ -5,10 +5,11 @@ Trains one recipe on each training source for a step budget over several seeds (
 steps) and draws the curves on the validation split: every checkpoint scored against the synthetic
 world's full truth (``relate.metrics.truth``: per-family AP, top-10 precision, recall within count;
 in parallel Ray tasks), per-family curves against steps and against wall time, Student-t 95%
-intervals over seeds. Choices (recipe, steps, fixes) are made on those curves. Only when every run
-has trained is each run's final checkpoint scored on the test split, once and on all of its
-images: the report, with each figure's mean over seeds and its 95% interval over seeds and images
-together (``relate.metrics.truth_intervals``), and each source's paired gap to the first.
+intervals over seeds kept inside the figures' range [0, 1]. Choices (recipe, steps, fixes) are made
+on those curves. Only when every run has trained is each run's final checkpoint scored on the
+test split, once and on all of its images: the report, with each figure's mean over seeds and its
+95% interval over seeds and images together (``relate.metrics.truth_intervals``), and each
+source's paired gap to the first.
 
     python -m pipelines.synthetic --set out_dir=runs/world                          # (b)'s images
     python -m pipelines.synthetic --set out_dir=runs/world_full --set coverage=full   # (a)
@@ -353,12 +354,12 @@ def summarise(rows: Sequence[dict], sources: Sequence[str]) -> tuple[dict, str]:
             vals = [r[key] for (s, _), r in last.items() if s == src and key in r and not math.isnan(r[key])]
             if not vals:
                 continue
-            m, lo, hi = mean_interval(vals)
+            m, lo, hi = mean_interval(vals, within=(0.0, 1.0))
             cell = {"mean": m, "lo": lo, "hi": hi, "n": len(vals)}
             gaps = [r[key] - last[(ref, seed)][key] for (s, seed), r in last.items()
                     if s == src and src != ref and (ref, seed) in last and key in r and key in last[(ref, seed)]]
             if gaps:
-                g, glo, ghi = mean_interval(gaps)
+                g, glo, ghi = mean_interval(gaps, within=(-1.0, 1.0))
                 cell.update({"gap": g, "gap_lo": glo, "gap_hi": ghi})
             summary[src][key] = cell
     names = [k.replace("truth/family/", "").replace("truth/", "") for k in keys]
@@ -394,7 +395,7 @@ def plot_curves(rows: Sequence[dict], sources: Sequence[str], x: str, path: Path
             if not steps:
                 continue
             xs = [sum(r[x] for r in by_step[s]) / len(by_step[s]) for s in steps]
-            stats = [mean_interval([r[key] for r in by_step[s]]) for s in steps]
+            stats = [mean_interval([r[key] for r in by_step[s]], within=(0.0, 1.0)) for s in steps]
             ax.plot(xs, [m for m, _, _ in stats], marker="o", label=src)
             if all(not math.isnan(lo) for _, lo, _ in stats):
                 ax.fill_between(xs, [lo for _, lo, _ in stats], [hi for _, _, hi in stats], alpha=0.2)
@@ -446,7 +447,7 @@ def main(cfg: LearningCurveConfig) -> LearningCurveResult:
     names = [s.name for s in cfg.sources]
     summary, table = summarise(rows, names)
     table = f"Curves: {cfg.eval_split} split" + (f", first {cfg.eval_images} images" if cfg.eval_images else "") + \
-        " (final step; Student-t 95% interval over seeds)\n\n" + table
+        " (final step; Student-t 95% interval over seeds, kept inside [0, 1])\n\n" + table
     if cfg.report_split is not None:  # once, after every run has trained
         summary["report"] = _report(cfg, rows, out)
         table += "\n" + report_table(summary["report"])

@@ -22,6 +22,17 @@ def test_mean_interval_matches_scipy_t_interval():
     assert one[0] == 0.5 and math.isnan(one[1]) and math.isnan(one[2])
 
 
+def test_mean_interval_stays_inside_the_figures_range():
+    # three seeds near 1.0: mean 0.99, sd 0.01, half-width t(0.975, 2) * 0.01 / sqrt(3) = 0.0248
+    vals = [1.0, 0.99, 0.98]
+    m, lo, hi = mean_interval(vals)
+    half = stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3)
+    assert hi == pytest.approx(0.99 + half) and hi > 1.0  # unbounded, it runs past the range
+    assert mean_interval(vals, within=(0.0, 1.0)) == pytest.approx((0.99, 0.99 - half, 1.0))
+    # and at the other end, a difference of two rates stays >= -1
+    assert mean_interval([-1.0, -0.9, -0.95], within=(-1.0, 1.0))[1] == -1.0
+
+
 def test_differences_are_paired_by_seed():
     k = "model/syn/mR@50"
     runs = {"full": {0: {k: 0.50}, 1: {k: 0.40}}, "neither": {0: {k: 0.45}, 1: {k: 0.36}}}

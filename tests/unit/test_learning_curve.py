@@ -34,7 +34,7 @@ def test_final_step_means_intervals_and_paired_gaps():
     t = summary["truth"]["truth/family/spatial_ap"]
     assert t["mean"] == pytest.approx(0.92) and t["n"] == 2
     half = stats.t.ppf(0.975, 1) * 0.02 / math.sqrt(2) * math.sqrt(2)  # sd of (0.90, 0.94) = 0.02 * sqrt(2)
-    assert t["hi"] - t["mean"] == pytest.approx(half)
+    assert t["mean"] - t["lo"] == pytest.approx(half) and t["hi"] == 1.0  # 0.92 + 0.254 is past an AP's range
     a = summary["annotated"]["truth/family/spatial_ap"]
     assert a["mean"] == pytest.approx(0.75)
     # paired by seed: 0.70 - 0.90 = -0.20, 0.80 - 0.94 = -0.14 -> -0.17
@@ -42,6 +42,18 @@ def test_final_step_means_intervals_and_paired_gaps():
     assert summary["annotated"]["truth/top10_precision"]["gap"] == pytest.approx(((0.6 - 0.8) + (0.5 - 0.84)) / 2)
     assert "gap" not in t  # the reference has no gap to itself
     assert "| annotated | 100 |" in table and "(-0.170)" in table and "spatial_ap" in table
+
+
+def test_final_step_intervals_stay_inside_zero_and_one():
+    # the case: three seeds at 1.000, 0.990 and 0.990 give a t interval past 1.0
+    rows = [_row("truth", s, 100, ap, 1.0) for s, ap in enumerate((1.0, 0.99, 0.99))]
+    rows += [_row("annotated", s, 100, 0.0, 0.0) for s in range(3)]
+    summary, _ = summarise(rows, ["truth", "annotated"])
+    t = summary["truth"]["truth/family/spatial_ap"]
+    half = stats.t.ppf(0.975, 2) * (0.01 / math.sqrt(3)) / math.sqrt(3)  # sd of (1, .99, .99) = 0.01/sqrt(3)
+    assert t["hi"] == 1.0 and t["lo"] == pytest.approx(t["mean"] - half)
+    a = summary["annotated"]["truth/family/spatial_ap"]
+    assert a["lo"] == 0.0 and a["gap_lo"] >= -1.0  # every gap is about -1: the gap's interval stays >= -1
 
 
 def test_plots_are_written(tmp_path):
