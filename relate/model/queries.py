@@ -79,10 +79,11 @@ class RegionQueryPool(nn.Module):
         b, n = boxes.shape[:2]
         h, w = grid
         pos = self.pos_enc(patch_centres(h, w, tokens.device)).unsqueeze(0)
-        q = self.q(self.box_enc(boxes)).view(b, n, self.heads, -1).transpose(1, 2)
+        box = self.box_enc(boxes)  # the query and the residual: one encoding
+        q = self.q(box).view(b, n, self.heads, -1).transpose(1, 2)
         k = self.k(tokens + pos).view(b, h * w, self.heads, -1).transpose(1, 2)
         v = self.v(tokens).view(b, h * w, self.heads, -1).transpose(1, 2)
         bias = self.prior_scale * torch.log(region_prior(boxes, h, w, masks) + 1e-4)
         attn = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.unsqueeze(1))
         pooled = self.out(attn.transpose(1, 2).reshape(b, n, -1))
-        return self.norm(pooled + self.box_enc(boxes))
+        return self.norm(pooled + box)

@@ -42,11 +42,14 @@ from torchvision.ops import roi_align
 from relate.geometry import contact_box
 from relate.model.pooling import gather_pairs
 
-__all__ = ["RegionPixelCue", "region_cells", "colour_bins", "colour_histogram", "own_colours", "pair_colour_features",
-           "HISTOGRAM_SAMPLES"]
+__all__ = ["RegionPixelCue", "region_cells", "colour_weights", "colour_bins", "colour_corners", "corners_mean",
+           "corners_dot", "colour_histogram", "own_colours", "pair_colour_features", "HISTOGRAM_SAMPLES"]
 
 # point samples a side per region for the histogram (bilinear, one at each sub-cell centre)
 HISTOGRAM_SAMPLES = 8
+# own colours weighing less than this share of their box's area are round-off, not a region (own_colours):
+# 1e-4 is ~15x the largest residue of 64 bins at float32 and ~100x under one point sample's weight (1 / 64)
+OWN_FLOOR = 1e-4
 
 
 def _rois(boxes: torch.Tensor) -> torch.Tensor:
@@ -66,10 +69,10 @@ def region_cells(pixels: torch.Tensor, boxes: torch.Tensor, cells: int) -> torch
     return pooled.view(b, n, -1)
 
 
-def colour_bins(images: torch.Tensor, boxes: torch.Tensor, bins: int,
-                samples: int = HISTOGRAM_SAMPLES) -> torch.Tensor:
-    """images (B, 3, H, W) in [0, 1]; boxes (B, N, 4) -> (B, N, samples ** 2, bins ** 3): each of
-    ``samples`` x ``samples`` point samples of each box (row-major) as its soft joint RGB bin weights
+def colour_weights(images: torch.Tensor, boxes: torch.Tensor, bins: int,
+                   samples: int = HISTOGRAM_SAMPLES) -> torch.Tensor:
+    """images (B, 3, H, W) in [0, 1]; boxes (B, N, 4) -> (B, N, samples ** 2, 3, bins): each of
+    ``samples`` x ``samples`` point samples of each box (row-major), each channel's soft bin weights
     (each sums to 1). A channel value v weighs the level centres c_l = (l + 0.5) / bins by
     max(0, 1 - |v - c_l| * bins), renormalised (a value beyond the outer centres belongs wholly to the
     outer level)."""
@@ -80,9 +83,62 @@ def colour_bins(images: torch.Tensor, boxes: torch.Tensor, bins: int,
     centres = (torch.arange(bins, device=images.device, dtype=images.dtype) + 0.5) / bins
     w = (1 - (v[..., None] - centres).abs() * bins).clamp(min=0)  # (B*N, S, 3, bins)
     w = w / w.sum(-1, keepdim=True).clamp(min=1e-6)
-    joint = torch.einsum("sa,sb,sc->sabc", w[..., 0, :].flatten(0, 1), w[..., 1, :].flatten(0, 1),
-                         w[..., 2, :].flatten(0, 1))
-    return joint.reshape(b, n, samples * samples, bins ** 3)
+    return w.view(b, n, samples * samples, 3, bins)
+
+
+def colour_bins(images: torch.Tensor, boxes: torch.Tensor, bins: int,
+                samples: int = HISTOGRAM_SAMPLES) -> torch.Tensor:
+    """images (B, 3, H, W) in [0, 1]; boxes (B, N, 4) -> (B, N, samples ** 2, bins ** 3): each of
+    ``samples`` x ``samples`` point samples of each box (row-major) as its soft joint RGB bin weights
+    (each sums to 1): the product of its three channels' ``colour_weights``, bin (r, g, b) at
+    r * bins ** 2 + g * bins + b."""
+    w = colour_weights(images, boxes, bins, samples)
+    b, n, s = w.shape[:3]
+    joint = torch.einsum("sa,sb,sc->sabc", w[..., 0, :].flatten(0, 2), w[..., 1, :].flatten(0, 2),
+                         w[..., 2, :].flatten(0, 2))
+    return joint.reshape(b, n, s, bins ** 3)
+
+
+def colour_corners(images: torch.Tensor, boxes: torch.Tensor, bins: int,
+                   samples: int = HISTOGRAM_SAMPLES) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same point samples' joint RGB bin weights as ``colour_bins``, kept sparse: (B, N, S, 8) bins
+    and (B, N, S, 8) weights. A channel's triangular weights are linear interpolation between the two
+    level centres around its value (a value beyond the outer centres wholly the outer level), so a
+    sample's joint weights are trilinear: eight bins at most carry weight, the corners of the colour
+    cell it falls in. What the region pixel cue reads of a contact region (its histogram, its samples
+    against keys) is a sum over those eight instead of over all bins ** 3: the dense weights of every
+    contact region's every sample were the cue's largest tensor (cpu_long: 26 MB a step) and most of
+    its time."""
+    b, n = boxes.shape[:2]
+    pts = roi_align(images, _rois(boxes).to(images.dtype), (samples, samples), spatial_scale=1.0, sampling_ratio=1,
+                    aligned=True)  # (B*N, 3, s, s)
+    x = (pts.flatten(2).clamp(0, 1) * bins - 0.5).clamp(0, bins - 1)  # (B*N, 3, S) in level units
+    lo = x.floor().clamp(max=max(bins - 2, 0))
+    up = x - lo  # the upper level's weight (0 with one level)
+    level = torch.stack([lo, (lo + 1).clamp(max=bins - 1)], dim=-1).long()  # (B*N, 3, S, 2)
+    weight = torch.stack([1 - up, up], dim=-1)
+    r, g, bl = (level[:, c] for c in range(3))
+    idx = (r[..., :, None, None] * bins * bins + g[..., None, :, None] * bins + bl[..., None, None, :]).flatten(-3)
+    wr, wg, wb = (weight[:, c] for c in range(3))
+    wt = (wr[..., :, None, None] * wg[..., None, :, None] * wb[..., None, None, :]).flatten(-3)
+    s = samples * samples
+    return idx.view(b, n, s, 8), wt.view(b, n, s, 8)
+
+
+def corners_mean(idx: torch.Tensor, wt: torch.Tensor, bins: int) -> torch.Tensor:
+    """``colour_corners``' (B, N, S, 8) bins and weights -> (B, N, bins ** 3): the samples' mean joint
+    weights, ``colour_histogram``."""
+    b, n, s = idx.shape[:3]
+    return wt.new_zeros(b, n, bins ** 3).scatter_add_(-1, idx.flatten(2), wt.flatten(2)) / s
+
+
+def corners_dot(idx: torch.Tensor, wt: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """``colour_corners``' (B, N, S, 8) bins and weights, keys (B, N, bins ** 3, T) -> (B, N, S, T): each
+    sample's joint weights dotted with each of its box's T keys (``colour_bins`` against ``keys``)."""
+    b, n, s, c = idx.shape
+    t = keys.shape[-1]
+    at = keys.gather(2, idx.reshape(b, n, s * c, 1).expand(b, n, s * c, t)).view(b, n, s, c, t)
+    return (at * wt[..., None]).sum(3)
 
 
 def colour_histogram(images: torch.Tensor, boxes: torch.Tensor, bins: int,
@@ -94,8 +150,13 @@ def colour_histogram(images: torch.Tensor, boxes: torch.Tensor, bins: int,
 
 def own_colours(h_box: torch.Tensor, area_box: torch.Tensor, h_x: torch.Tensor, area_x: torch.Tensor) -> torch.Tensor:
     """A box's histogram less its overlap with the other box: (area_box * h_box - area_x * h_x),
-    clamped at zero and scaled to a peak of 1, the colours of the part only this box covers."""
+    clamped at zero and scaled to a peak of 1, the colours of the part only this box covers; none
+    (zeros) where what is left weighs under ``OWN_FLOOR`` of the box's area. A box the overlap covers
+    whole has no colours of its own, but its histogram and the overlap's, summed in different orders,
+    leave a residue of float32 round-off (about 1e-7 of the area a bin) that the scaling to a peak of
+    1 would turn into a full-strength map of noise."""
     own = (area_box[..., None] * h_box - area_x[..., None] * h_x).clamp(min=0)
+    own = own * (own.sum(-1, keepdim=True) > OWN_FLOOR * area_box[..., None])
     return own / own.amax(-1, keepdim=True).clamp(min=1e-6)
 
 
@@ -131,14 +192,14 @@ class RegionPixelCue(nn.Module):
         r_c = region_cells(images, contact, self.cells)
         feats = [pair_colour_features(r_s, r_o), r_c]
         if self.bins:
-            per_box, per_contact = colour_bins(images, boxes, self.bins), colour_bins(images, contact, self.bins)
+            per_box, contact_bins = colour_bins(images, boxes, self.bins), colour_corners(images, contact, self.bins)
             h_s, h_o = gather_pairs(per_box.mean(2), pairs)
-            h_c = per_contact.mean(2)
+            h_c = corners_mean(*contact_bins, self.bins)
             # whose colours the overlap shows: the front region's (occlusion order)
             feats += [pair_colour_features(h_s, h_o), torch.minimum(h_s, h_o), h_c, torch.minimum(h_c, h_s),
                       torch.minimum(h_c, h_o)]
             if self.ownership:
-                feats += _ownership_maps(per_box, per_contact, h_s, h_o, h_c, bs, bo, pairs)
+                feats += _ownership_maps(per_box, contact_bins, h_s, h_o, h_c, bs, bo, pairs)
         return self.embed(torch.cat(feats, dim=-1))
 
 
@@ -146,15 +207,16 @@ def _area(boxes: torch.Tensor) -> torch.Tensor:
     return (boxes[..., 2] - boxes[..., 0]).clamp(min=0) * (boxes[..., 3] - boxes[..., 1]).clamp(min=0)
 
 
-def _ownership_maps(per_box, per_contact, h_s, h_o, h_c, bs, bo, pairs) -> list[torch.Tensor]:
-    """Where each of the pair's own colours shows: every point sample of the contact region, the
-    subject's box and the object's box, weighed against the colours only the subject's box shows and
-    those only the object's shows (``own_colours``), six maps of ``HISTOGRAM_SAMPLES`` ** 2."""
+def _ownership_maps(per_box, contact_bins, h_s, h_o, h_c, bs, bo, pairs) -> list[torch.Tensor]:
+    """Where each of the pair's own colours shows: every point sample of the contact region (its
+    ``colour_corners``), the subject's box and the object's box (``colour_bins``), weighed against the
+    colours only the subject's box shows and those only the object's shows (``own_colours``), six
+    maps of ``HISTOGRAM_SAMPLES`` ** 2."""
     inter = torch.cat([torch.maximum(bs[..., :2], bo[..., :2]), torch.minimum(bs[..., 2:], bo[..., 2:])], dim=-1)
     a_x = _area(inter)
     k_s, k_o = own_colours(h_s, _area(bs), h_c, a_x), own_colours(h_o, _area(bo), h_c, a_x)
     keys = torch.stack([k_s, k_o], dim=-1)  # (B, P, K, 2)
-    return [torch.einsum("bpsk,bpkt->bpst", per_contact, keys).flatten(-2), *_box_maps(per_box, keys, pairs)]
+    return [corners_dot(*contact_bins, keys).flatten(-2), *_box_maps(per_box, keys, pairs)]
 
 
 def _box_maps(per_box: torch.Tensor, keys: torch.Tensor, pairs: torch.Tensor) -> list[torch.Tensor]:

@@ -55,3 +55,32 @@ def test_the_fast_path_switch_is_put_back_when_the_forward_raises():
     with pytest.raises(RuntimeError, match="forward failed"):
         forward_flops(boom)
     assert torch.backends.mha.get_fastpath_enabled()
+
+
+def test_products_are_recorded_with_their_layouts_and_replayed_alone():
+    """``benchmarks._products_alone``: a run's matrix products and attention kernels are noted in
+    dispatch order with each tensor's shape, strides and dtype (a transposed operand stays transposed),
+    its backward's too; element-wise ops are not; the replay runs them on fresh tensors of those layouts."""
+    from benchmarks._products_alone import record_products, replay_seconds
+
+    a = torch.randn(6, 5)
+    b = torch.randn(7, 5).t()  # (5, 7), strides (1, 5)
+    q = torch.randn(2, 3, 4, 8, requires_grad=True)
+
+    def run():
+        c = torch.relu(a @ b)
+        o = F.scaled_dot_product_attention(q, q, q)
+        o.sum().backward()
+        return c
+
+    c, calls = record_products(run)
+    names = [str(call.op) for call in calls]
+    assert names == ["aten.mm.default", "aten._scaled_dot_product_flash_attention_for_cpu.default",
+                     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"]
+    mm = calls[0].tensors()
+    assert [(t.shape, t.stride) for t in mm] == [((6, 5), (5, 1)), ((5, 7), (1, 5))]
+    assert all(t.shape == (2, 3, 4, 8) for t in calls[1].tensors()[:3])
+    assert torch.equal(c, torch.relu(a @ b))  # the run's own result, computed as without the recorder
+    assert replay_seconds(calls[:1], repeats=2) > 0
+    with pytest.raises(ValueError, match="no products"):
+        replay_seconds([])

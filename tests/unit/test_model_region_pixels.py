@@ -9,7 +9,8 @@ import torch
 from relate.model.config import BackboneConfig, RelationModelConfig
 from relate.model.model import create_relation_model
 from relate.geometry import contact_box
-from relate.model.region_pixels import (HISTOGRAM_SAMPLES, RegionPixelCue, colour_histogram, own_colours,
+from relate.model.region_pixels import (HISTOGRAM_SAMPLES, OWN_FLOOR, RegionPixelCue, colour_bins, colour_corners,
+                                        colour_histogram, corners_dot, corners_mean, own_colours,
                                         pair_colour_features, region_cells)
 
 
@@ -193,3 +194,49 @@ def test_box_maps_are_each_pairs_own_box_samples_against_its_keys(boxes_n):
             for j in range(p):
                 row = per_box[i, max(int(pairs[i, j, side]), 0)]
                 assert torch.allclose(got[side][i, j], (row @ keys[i, j]).flatten(), atol=1e-5)
+
+
+@pytest.mark.parametrize("bins", [1, 2, 4, 5])
+def test_contact_corners_are_the_dense_joint_weights(bins):
+    """``colour_corners`` (eight bins a sample) against ``colour_bins`` (all bins ** 3, the definition):
+    channel values on every level centre, halfway between two, exactly 0 and 1, just inside and just past
+    the outer centres, and random ones; a zero-area box. The dense weights have at most eight non-zero
+    bins a sample (what the sparse form relies on), and the histogram and the dot with keys agree."""
+    g = torch.Generator().manual_seed(bins)
+    centres = (torch.arange(bins) + 0.5) / bins
+    edge = 0.5 / bins
+    values = torch.cat([centres, centres + edge, torch.tensor([0.0, 1.0, edge - 1e-4, edge + 1e-4, 1 - edge + 1e-4,
+                                                                1 - edge - 1e-4, 1.0000001, -0.2])])
+    img = torch.rand(2, 3, 24, 40, generator=g)
+    img[0, :, :8, : len(values)] = values[torch.randperm(len(values), generator=g)][None, None]
+    img[0, 1, :8, : len(values)] = values.flip(0)[None]
+    boxes = torch.tensor([[[0.0, 0, 20, 8], [3, 1, 30, 20], [5, 5, 5, 12], [0, 0, 40, 24]]]).repeat(2, 1, 1)
+    dense = colour_bins(img, boxes, bins)
+    assert int((dense > 1e-5).sum(-1).max()) <= 8  # round-off aside (a centre's neighbour: 1 - 5 * 0.2 > 0)
+    idx, wt = colour_corners(img, boxes, bins)
+    assert idx.shape == wt.shape == (*dense.shape[:3], 8)
+    assert torch.allclose(torch.zeros_like(dense).scatter_add_(-1, idx, wt), dense, atol=1e-6)
+    assert torch.allclose(corners_mean(idx, wt, bins), colour_histogram(img, boxes, bins), atol=1e-6)
+    keys = torch.rand(2, 4, bins ** 3, 3, generator=g)
+    assert torch.allclose(corners_dot(idx, wt, keys), torch.einsum("bnsk,bnkt->bnst", dense, keys), atol=1e-5)
+
+
+def test_a_box_the_overlap_covers_whole_has_no_colours_of_its_own():
+    """The box's histogram and the overlap's, equal but summed in different orders, differ by float32
+    round-off: what is left is noise and must read as no colours, not as a map scaled to a peak of 1.
+    A real remainder (5% of the box in a colour the overlap lacks) is kept; the floor sits at OWN_FLOOR
+    of the box's area: a remainder just over it is kept, just under it dropped."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.rand(3, 64, generator=g)
+    h = h / h.sum(-1, keepdim=True)
+    area = torch.tensor([100.0, 400.0, 37.0])
+    residue = h * (1 + 3e-7 * torch.randn(3, 64, generator=g))  # the same histogram, other round-off
+    assert torch.equal(own_colours(h, area, residue, area), torch.zeros(3, 64))
+    sliver = torch.zeros(3, 64)
+    sliver[:, 5] = 1.0
+    h_box = 0.95 * h + 0.05 * sliver  # 5% of the box is colour 5, which the overlap (95% of it) lacks
+    got = own_colours(h_box, area, h, 0.95 * area)
+    assert torch.allclose(got.amax(-1), torch.ones(3)) and torch.equal(got.argmax(-1), torch.full((3,), 5))
+    for share, kept in ((1.5 * OWN_FLOOR, True), (0.5 * OWN_FLOOR, False)):
+        got = own_colours(h + share * sliver, area, h, area)  # left over: share of the area, in colour 5
+        assert bool(got[:, 5].eq(1.0).all()) is kept and bool(got.eq(0).all()) is not kept
