@@ -101,44 +101,45 @@ def colour_bins(images: torch.Tensor, boxes: torch.Tensor, bins: int,
 
 def colour_corners(images: torch.Tensor, boxes: torch.Tensor, bins: int,
                    samples: int = HISTOGRAM_SAMPLES) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same point samples' joint RGB bin weights as ``colour_bins``, kept sparse: (B, N, S, 8) bins
-    and (B, N, S, 8) weights. A channel's triangular weights are linear interpolation between the two
-    level centres around its value (a value beyond the outer centres wholly the outer level), so a
-    sample's joint weights are trilinear: eight bins at most carry weight, the corners of the colour
-    cell it falls in. What the region pixel cue reads of a contact region (its histogram, its samples
-    against keys) is a sum over those eight instead of over all bins ** 3: the dense weights of every
-    contact region's every sample were the cue's largest tensor (cpu_long: 26 MB a step) and most of
-    its time."""
+    """The same point samples' joint RGB bin weights as ``colour_bins``, kept sparse: (B, N, 8, S) bins
+    and (B, N, 8, S) weights, samples last. A channel's triangular weights are linear interpolation
+    between the two level centres around its value (a value beyond the outer centres wholly the outer
+    level), so a sample's joint weights are trilinear: eight bins at most carry weight, the corners of
+    the colour cell it falls in. What the region pixel cue reads of a contact region (its histogram,
+    its samples against keys) is a sum over those eight instead of over all bins ** 3: the dense
+    weights of every contact region's every sample were the cue's largest tensor (cpu_long: 26 MB a
+    step) and most of its time. Samples are the last, contiguous axis, so every element-wise op runs
+    along them."""
     b, n = boxes.shape[:2]
     pts = roi_align(images, _rois(boxes).to(images.dtype), (samples, samples), spatial_scale=1.0, sampling_ratio=1,
                     aligned=True)  # (B*N, 3, s, s)
     x = (pts.flatten(2).clamp(0, 1) * bins - 0.5).clamp(0, bins - 1)  # (B*N, 3, S) in level units
     lo = x.floor().clamp(max=max(bins - 2, 0))
     up = x - lo  # the upper level's weight (0 with one level)
-    level = torch.stack([lo, (lo + 1).clamp(max=bins - 1)], dim=-1).long()  # (B*N, 3, S, 2)
-    weight = torch.stack([1 - up, up], dim=-1)
-    r, g, bl = (level[:, c] for c in range(3))
-    idx = (r[..., :, None, None] * bins * bins + g[..., None, :, None] * bins + bl[..., None, None, :]).flatten(-3)
-    wr, wg, wb = (weight[:, c] for c in range(3))
-    wt = (wr[..., :, None, None] * wg[..., None, :, None] * wb[..., None, None, :]).flatten(-3)
+    level = torch.stack([lo, (lo + 1).clamp(max=bins - 1)], dim=2)  # (B*N, 3, 2, S), whole numbers
+    weight = torch.stack([1 - up, up], dim=2)
+    r, g, bl = (t[:, :, None, None] for t in level.unbind(1))  # (B*N, 2, 1, 1, S) ...
+    idx = r * (bins * bins) + g.transpose(1, 2) * bins + bl.transpose(1, 3)  # (B*N, 2, 2, 2, S)
+    wr, wg, wb = (t[:, :, None, None] for t in weight.unbind(1))
+    wt = wr * wg.transpose(1, 2) * wb.transpose(1, 3)
     s = samples * samples
-    return idx.view(b, n, s, 8), wt.view(b, n, s, 8)
+    return idx.long().view(b, n, 8, s), wt.reshape(b, n, 8, s)
 
 
 def corners_mean(idx: torch.Tensor, wt: torch.Tensor, bins: int) -> torch.Tensor:
-    """``colour_corners``' (B, N, S, 8) bins and weights -> (B, N, bins ** 3): the samples' mean joint
+    """``colour_corners``' (B, N, 8, S) bins and weights -> (B, N, bins ** 3): the samples' mean joint
     weights, ``colour_histogram``."""
-    b, n, s = idx.shape[:3]
+    b, n, _, s = idx.shape
     return wt.new_zeros(b, n, bins ** 3).scatter_add_(-1, idx.flatten(2), wt.flatten(2)) / s
 
 
 def corners_dot(idx: torch.Tensor, wt: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """``colour_corners``' (B, N, S, 8) bins and weights, keys (B, N, bins ** 3, T) -> (B, N, S, T): each
+    """``colour_corners``' (B, N, 8, S) bins and weights, keys (B, N, bins ** 3, T) -> (B, N, S, T): each
     sample's joint weights dotted with each of its box's T keys (``colour_bins`` against ``keys``)."""
-    b, n, s, c = idx.shape
+    b, n, c, s = idx.shape
     t = keys.shape[-1]
-    at = keys.gather(2, idx.reshape(b, n, s * c, 1).expand(b, n, s * c, t)).view(b, n, s, c, t)
-    return (at * wt[..., None]).sum(3)
+    at = keys.transpose(-1, -2).gather(-1, idx.reshape(b, n, 1, c * s).expand(b, n, t, c * s))
+    return (at.view(b, n, t, c, s) * wt[:, :, None]).sum(3).transpose(-1, -2)
 
 
 def colour_histogram(images: torch.Tensor, boxes: torch.Tensor, bins: int,

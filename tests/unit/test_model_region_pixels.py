@@ -198,7 +198,7 @@ def test_box_maps_are_each_pairs_own_box_samples_against_its_keys(boxes_n):
 
 @pytest.mark.parametrize("bins", [1, 2, 4, 5])
 def test_contact_corners_are_the_dense_joint_weights(bins):
-    """``colour_corners`` (eight bins a sample) against ``colour_bins`` (all bins ** 3, the definition):
+    """``colour_corners`` (eight bins a sample, samples last) against ``colour_bins`` (all bins ** 3, the definition):
     channel values on every level centre, halfway between two, exactly 0 and 1, just inside and just past
     the outer centres, and random ones; a zero-area box. The dense weights have at most eight non-zero
     bins a sample (what the sparse form relies on), and the histogram and the dot with keys agree."""
@@ -214,8 +214,9 @@ def test_contact_corners_are_the_dense_joint_weights(bins):
     dense = colour_bins(img, boxes, bins)
     assert int((dense > 1e-5).sum(-1).max()) <= 8  # round-off aside (a centre's neighbour: 1 - 5 * 0.2 > 0)
     idx, wt = colour_corners(img, boxes, bins)
-    assert idx.shape == wt.shape == (*dense.shape[:3], 8)
-    assert torch.allclose(torch.zeros_like(dense).scatter_add_(-1, idx, wt), dense, atol=1e-6)
+    assert idx.shape == wt.shape == (*dense.shape[:2], 8, dense.shape[2])
+    as_dense = torch.zeros_like(dense).scatter_add_(-1, idx.transpose(-1, -2), wt.transpose(-1, -2))
+    assert torch.allclose(as_dense, dense, atol=1e-6)
     assert torch.allclose(corners_mean(idx, wt, bins), colour_histogram(img, boxes, bins), atol=1e-6)
     keys = torch.rand(2, 4, bins ** 3, 3, generator=g)
     assert torch.allclose(corners_dot(idx, wt, keys), torch.einsum("bnsk,bnkt->bnst", dense, keys), atol=1e-5)
