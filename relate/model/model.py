@@ -130,7 +130,8 @@ class RelationModel(nn.Module):
             x = x + self.occlusion(tokens, grid, pixels, bs, bo)
         if self.region_pixels is not None:
             x = x + self.region_pixels(images, boxes, sampled.pairs)
-        x = self.pair_tf(x, scene_tokens(fmap, self.cfg.scene_grid), bs, bo, ~sampled.valid)
+        x = self.pair_tf(x, scene_tokens(fmap, self.cfg.scene_grid), bs, bo, ~sampled.valid,
+                         corners=self.pair_tf.pair_corners(boxes_n, sampled.pairs))
         if self.deformable is not None:
             anchors = torch.stack([bs, bo, union_box(bs, bo), contact_box(bs, bo)], dim=-2)
             x = self.deformable(x, fmap, anchors)

@@ -60,6 +60,36 @@ def test_fourier_encoding_separates_nearby_boxes():
     assert a.shape == (32,) and not torch.allclose(a, b)
 
 
+def test_pair_corners_are_the_pairs_own_corner_encodings():
+    """``PairTransformer.pair_corners`` (each box's corners encoded once, gathered to its pairs) against
+    the encoding ``forward`` makes from the pairs' boxes themselves, subject's top-left and bottom-right
+    then the object's; a padding pair (-1) reads box 0 as ``gather_pairs`` does. The transformer's output
+    is the same either way, and so are the encoder's gradients."""
+    from relate.model.pair_head import PairTransformer
+    from relate.model.pooling import gather_pairs
+
+    torch.manual_seed(0)
+    tf = PairTransformer(16, 2, 1, 1, 4, 0.0)
+    boxes = torch.rand(2, 5, 4)
+    boxes = torch.cat([boxes[..., :2].minimum(boxes[..., 2:]), boxes[..., :2].maximum(boxes[..., 2:])], -1)
+    pairs = torch.tensor([[[0, 1], [3, 2], [4, 4]], [[1, 0], [2, 4], [-1, -1]]])
+    bs, bo = gather_pairs(boxes, pairs)
+    pts = torch.stack([bs[..., :2], bs[..., 2:], bo[..., :2], bo[..., 2:]], dim=-2)
+    want = tf.corner_enc(pts) + tf.corner_type
+    got = tf.pair_corners(boxes, pairs)
+    assert got.shape == (2, 3, 4, 16) and torch.allclose(got, want, atol=1e-6)
+    x, scene = torch.randn(2, 3, 16), torch.randn(2, 4, 16)
+    pad = pairs[..., 0] < 0
+    grads = []
+    for corners in (None, tf.pair_corners(boxes, pairs)):
+        tf.zero_grad()
+        out = tf(x, scene, bs, bo, pad, corners=corners)
+        out.square().sum().backward()
+        grads.append((out.detach(), tf.corner_enc.mlp[0].weight.grad.clone()))
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
+    assert torch.allclose(grads[0][1], grads[1][1], rtol=1e-4, atol=1e-6)
+
+
 def test_deformable_read_starts_as_identity_and_gate_gets_gradient():
     cfg = DeformableConfig(heads=4, points=4, null_slots=2)
     read = DeformableRead(32, cfg)
