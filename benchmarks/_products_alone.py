@@ -4,10 +4,11 @@ What a training step could reach if nothing but its arithmetic took time is not 
 one large square product: a step's products have its own shapes (dim 128, a few hundred tokens,
 batched small matrices) and its attention runs in fused kernels. ``record_products`` notes every
 such op a run dispatches (its aten overload, every tensor argument's shape, strides and dtype,
-the other arguments as given); ``replay_seconds`` runs the same ops on fresh tensors of those
-layouts back to back and returns the best of a few timed rounds. A run's counted FLOPs over that
-time over the GEMM rate is its fraction of peak with every other op (element-wise work, dropout's
-draws, copies, Python) at zero: the ceiling a step's own shapes put on ``train_fraction_of_peak``.
+the other arguments as given); ``replay`` makes a function that runs the same ops on fresh
+tensors of those layouts back to back, ``replay_seconds`` the best of a few timed rounds of it. A
+run's counted FLOPs over that time over the GEMM rate is its fraction of peak with every other op
+(element-wise work, dropout's draws, copies, Python) at zero: the ceiling a step's own shapes put on
+``train_fraction_of_peak``.
 
 The ops are those that carry the FLOPs torch's flop counter counts for this model (matrix
 products, convolutions) and the CPU attention kernels, whose work the counter cannot see
@@ -22,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["PRODUCT_OPS", "Product", "record_products", "replay_seconds"]
+__all__ = ["PRODUCT_OPS", "Product", "record_products", "replay", "replay_seconds"]
 
 _A = torch.ops.aten
 PRODUCT_OPS = frozenset({
@@ -40,8 +41,12 @@ class _Layout:
     dtype: torch.dtype
 
     def build(self) -> torch.Tensor:
-        t = torch.empty_strided(self.shape, self.stride, dtype=self.dtype)
-        return t.normal_() if self.dtype.is_floating_point else t.zero_()
+        """A tensor of this layout over fresh memory (an expanded layout, stride 0, shares it as the
+        original did)."""
+        span = 0 if 0 in self.shape else 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride))
+        base = torch.empty(span, dtype=self.dtype)
+        base = base.normal_() if self.dtype.is_floating_point else base.zero_()
+        return base.as_strided(self.shape, self.stride)
 
 
 @dataclass(frozen=True)
@@ -101,9 +106,9 @@ def record_products(run: Callable[[], Any]) -> tuple[Any, list[Product]]:
     return result, rec.calls
 
 
-def replay_seconds(calls: list[Product], repeats: int = 3) -> float:
-    """Best wall time of ``repeats`` rounds of every call in ``calls`` on fresh tensors of its layouts
-    (built once, before the first round; one untimed round first)."""
+def replay(calls: list[Product]) -> Callable[[], None]:
+    """A function that runs every call in ``calls`` on fresh tensors of its layouts (built here, once;
+    run once here, untimed, so the first timed call finds its kernels' state warm)."""
     if not calls:
         raise ValueError("no products to replay: the run dispatched none of PRODUCT_OPS")
     built = [(c.op, _build(c.args), _build(c.kwargs)) for c in calls]
@@ -113,6 +118,12 @@ def replay_seconds(calls: list[Product], repeats: int = 3) -> float:
             op(*a, **k)
 
     once()
+    return once
+
+
+def replay_seconds(calls: list[Product], repeats: int = 3) -> float:
+    """Best wall time of ``repeats`` rounds of ``replay(calls)``."""
+    once = replay(calls)
     best = float("inf")
     for _ in range(max(1, repeats)):
         t0 = time.perf_counter()

@@ -25,13 +25,14 @@ Figures:
   whole first run, whose map actor also builds the cache. Goal ``decode_share`` <= 0.1.
 * ``train_fraction_of_peak``: a full ``cpu_long`` step (``TrainRunner.train_step``: forward, the
   recipe's whole objective, backward, clipping, AdamW, EMA) on a batch of 16 decoded scenes of a
-  full-truth world, its FLOPs counted at each scale rung it drew, over its median time
-  (``cpu_long_step_ms``), divided by ``gemm_gflops``, the fp32 matrix-product rate measured in the
-  same process on the same threads. Goal >= 0.6 (issue 49). The count is
-  ``benchmarks.relation_cpu.forward_flops``'s: attention counted as its two products, forward and
-  backward (the backbone's and the pair transformer's, ``cpu_long_gflop_per_step``), which torch's
-  ``FlopCounterMode`` misses on the CPU kernels that run them (``cpu_long_gflop_fused_count``, the
-  count before 2026-12-07).
+  full-truth world, its FLOPs counted at the scale rung it drew, over its time, divided by the fp32
+  matrix-product rate (``gemm_gflops``: 10 products of 1024 x 1024 on the same threads) timed right
+  after it; the median over rounds (``timed_rounds``), each round a step, the GEMM block and the
+  step's products alone, so a shared machine's drift in speed falls on all three alike. Goal >= 0.6
+  (issue 49). The count is ``benchmarks.relation_cpu.forward_flops``'s: attention counted as its two
+  products, forward and backward (the backbone's and the pair transformer's,
+  ``cpu_long_gflop_per_step``), which torch's ``FlopCounterMode`` misses on the CPU kernels that run
+  them (``cpu_long_gflop_fused_count``, the count before 2026-12-07).
 * ``train_products_fraction_of_peak``: the same FLOPs over the time of the step's own matrix
   products, convolutions and attention kernels replayed alone at their shapes and layouts
   (``benchmarks._products_alone``; ``cpu_long_products_ms``): the fraction the step would reach if
@@ -58,6 +59,8 @@ CONFIG = Path(__file__).resolve().parents[1] / "train_jobs" / "configs" / "cpu_s
 
 
 PU_WORLD = Path(__file__).resolve().parents[1] / "pipelines" / "configs" / "synthetic_pu.yaml"
+# the GEMM block timed beside each step: 10 fp32 products of 1024 x 1024 (21.5 GFLOP)
+GEMM_N, GEMM_REPEATS = 1024, 10
 
 
 def _corpus(root: Path, n: int):
@@ -144,29 +147,12 @@ def measure(quick: bool) -> dict[str, float]:
             "scoped_images": int((batch["source"] > 0).sum()), "p_cond_nonzero": int((pspace.p_cond > 0).sum())}
 
 
-def _gemm_gflops(threads: int, n: int = 1024, repeats: int = 20) -> float:
-    """The machine's fp32 matrix-product rate on ``threads`` threads, best of three timed rounds."""
-    import torch
-
-    torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    for _ in range(3):
-        a @ b
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 * repeats / best / 1e9
-
-
 def _cpu_long_fraction(rounds: int) -> dict[str, float]:
     """``cpu_long``'s full training step against the GEMM rate measured here (module docstring)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from benchmarks._products_alone import record_products, replay_seconds
+    from benchmarks._products_alone import record_products, replay
     from benchmarks.relation_cpu import forward_flops
     from relate.config import load_config
     from relate.data.corpus import read_corpus
@@ -207,28 +193,50 @@ def _cpu_long_fraction(rounds: int) -> dict[str, float]:
         fused.setdefault(side, counter.get_total_flops())
         if set(fused) == sides:
             break
-    alone: dict[int, float] = {}
-    for _ in range(40):  # each rung's products and attention kernels, replayed alone at their own shapes
+    alone: dict = {}
+    for _ in range(40):  # each rung's products and attention kernels, ready to replay alone at their own shapes
         side, calls = record_products(step)
-        if side not in alone:
-            alone[side] = replay_seconds(calls)
+        alone.setdefault(side, replay(calls))
         if set(alone) == sides:
             break
-    timed: list[tuple[float, int]] = []
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(GEMM_N, GEMM_N, generator=g), torch.randn(GEMM_N, GEMM_N, generator=g)
+    out = torch.empty(GEMM_N, GEMM_N)
+
+    def gemm() -> None:
+        for _ in range(GEMM_REPEATS):
+            torch.mm(a, b, out=out)
+
+    gemm()
+    # Each round times a step, the GEMM block and the step's products alone, one after another, and its
+    # ratios use that round's own GEMM rate: a shared machine's speed drifts by 20-30% within minutes
+    # (141-172 GFLOP/s in one hour of 2026-12-07), which a rate measured once, before or after, would
+    # put in the ratio.
+    rows: list[tuple[float, float, float, int]] = []
     for _ in range(max(rounds * 2, 10)):
         t0 = time.perf_counter()
         side = step()
-        timed.append((time.perf_counter() - t0, side))
-    timed = [(t, s) for t, s in timed if s in flops]
-    rate = _gemm_gflops(threads)
-    per_s = statistics.median(flops[s] / t for t, s in timed) / 1e9
-    products = statistics.median(flops[s] / alone[s] for s in alone if s in flops) / 1e9
-    return {"train_fraction_of_peak": round(per_s / rate, 3), "cpu_long_gflop_per_s": round(per_s, 1),
-            "train_products_fraction_of_peak": round(products / rate, 3),
-            "cpu_long_products_ms": round(statistics.median(alone.values()) * 1e3, 1),
-            "gemm_gflops": round(rate, 1), "cpu_long_step_ms": round(statistics.median(t for t, _ in timed) * 1e3, 1),
-            "cpu_long_gflop_per_step": round(statistics.median(flops.values()) / 1e9, 2),
-            "cpu_long_gflop_fused_count": round(statistics.median(fused.values()) / 1e9, 2), "threads": threads}
+        t_step = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        gemm()
+        rate = 2 * GEMM_N ** 3 * GEMM_REPEATS / (time.perf_counter() - t0)
+        if side in flops and side in alone:
+            t0 = time.perf_counter()
+            alone[side]()
+            rows.append((t_step, time.perf_counter() - t0, rate, side))
+    if not rows:
+        raise RuntimeError(f"no timed step drew a rung whose FLOPs were counted (counted {sorted(flops)}, "
+                           f"replayable {sorted(alone)})")
+    med = statistics.median
+    return {"train_fraction_of_peak": round(med(flops[s] / t / r for t, _, r, s in rows), 3),
+            "cpu_long_gflop_per_s": round(med(flops[s] / t for t, _, _, s in rows) / 1e9, 1),
+            "train_products_fraction_of_peak": round(med(flops[s] / u / r for _, u, r, s in rows), 3),
+            "cpu_long_products_ms": round(med(u for _, u, _, _ in rows) * 1e3, 1),
+            "gemm_gflops": round(med(r for _, _, r, _ in rows) / 1e9, 1),
+            "cpu_long_step_ms": round(med(t for t, _, _, _ in rows) * 1e3, 1),
+            "cpu_long_gflop_per_step": round(med(flops.values()) / 1e9, 2),
+            "cpu_long_gflop_fused_count": round(med(fused.values()) / 1e9, 2), "threads": threads,
+            "timed_rounds": len(rows)}
 
 
 # the input path: the map stage's actor (decoding, or reading the decode cache), its read tasks, the split

@@ -61,7 +61,7 @@ def test_products_are_recorded_with_their_layouts_and_replayed_alone():
     """``benchmarks._products_alone``: a run's matrix products and attention kernels are noted in
     dispatch order with each tensor's shape, strides and dtype (a transposed operand stays transposed),
     its backward's too; element-wise ops are not; the replay runs them on fresh tensors of those layouts."""
-    from benchmarks._products_alone import record_products, replay_seconds
+    from benchmarks._products_alone import record_products, replay, replay_seconds
 
     a = torch.randn(6, 5)
     b = torch.randn(7, 5).t()  # (5, 7), strides (1, 5)
@@ -81,6 +81,11 @@ def test_products_are_recorded_with_their_layouts_and_replayed_alone():
     assert [(t.shape, t.stride) for t in mm] == [((6, 5), (5, 1)), ((5, 7), (1, 5))]
     assert all(t.shape == (2, 3, 4, 8) for t in calls[1].tensors()[:3])
     assert torch.equal(c, torch.relu(a @ b))  # the run's own result, computed as without the recorder
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        replay(calls)()  # the ops themselves run again, on tensors of the recorded shapes
+    seen = [e.key for e in prof.key_averages()]
+    assert "aten::mm" in seen and "aten::_scaled_dot_product_flash_attention_for_cpu_backward" in seen
+    assert "aten::relu" not in seen
     assert replay_seconds(calls[:1], repeats=2) > 0
     with pytest.raises(ValueError, match="no products"):
-        replay_seconds([])
+        replay([])
