@@ -147,6 +147,78 @@ def measure(quick: bool) -> dict[str, float]:
             "scoped_images": int((batch["source"] > 0).sum()), "p_cond_nonzero": int((pspace.p_cond > 0).sum())}
 
 
+def _recipe_batch(recipe: Path, overrides: list[str] = ()):
+    """The recipe's config, its predicate space and one decoded batch of a full-truth world (its
+    batch size of scenes, decoded by the job's own ``DecodeStage`` at the recipe's side)."""
+    import torch
+
+    from relate.config import load_config
+    from relate.data.corpus import read_corpus
+    from relate.data.synthetic import SyntheticConfig
+    from relate.data.synthetic_corpus import write_corpus
+    from train_jobs.relation_config import TrainRelationConfig
+    from train_jobs.relation_data import DecodeStage, build_space
+
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        n = load_config(TrainRelationConfig, recipe, list(overrides)).optim.batch_size
+        write_corpus(root, SyntheticConfig(num_scenes=max(n, 16), coverage="full"))
+        cfg = load_config(TrainRelationConfig, recipe, [f"data.corpus_root={root}", f"data.cache_dir={root / 'cache'}",
+                                                        "data.decode_cache=false", *overrides])
+        space = build_space(cfg.data, cfg.model.text_dim)
+        stage = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"],
+                            seed=cfg.run.seed, sources=space["sources"], keep_aspect=cfg.model.backbone.keep_aspect)
+        rows = read_corpus(root, "train").slice(0, cfg.optim.batch_size)
+        batch = {k: torch.from_numpy(v) for k, v in stage(rows).items()}
+    return cfg, space, batch
+
+
+def recipe_step_cost(recipe: str | Path, device: str = "cuda", steps: int = 10, warmup: int = 3,
+                     overrides: list[str] = ()) -> dict[str, float]:
+    """A recipe's full training step (``TrainRunner.train_step``, the recipe's batch, side, objective,
+    optimiser and mixed precision) on ``device``: the median of ``steps`` timed steps after ``warmup``
+    (each step synchronised on a GPU), its FLOPs counted as ``train_fraction_of_peak`` counts them, and
+    the GPU's peak memory over the timed steps. ``scripts/gpu_smoke.sh`` runs it for ``released.yaml`` with random backbone
+    weights (the machine has no hub; a step costs the same)."""
+    import torch
+
+    from benchmarks.relation_cpu import forward_flops
+    from train_jobs.relation_worker import TrainRunner
+
+    dev = torch.device(device)
+    cfg, space, batch = _recipe_batch(Path(recipe), list(overrides))
+    runner = TrainRunner(cfg, space, cfg.optim.max_steps, device=dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        runner.train_step(batch)
+    sync()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    times, sides = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        sides.append(runner.train_step(batch)["rung_side"])
+        sync()
+        times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated(dev) / 2 ** 30 if dev.type == "cuda" else None
+    flops: dict[int, float] = {}
+    for _ in range(40):  # each scale rung the timed steps drew, counted once
+        got: dict = {}
+        count = forward_flops(lambda: got.setdefault("side", runner.train_step(batch)["rung_side"]))
+        flops.setdefault(got["side"], count)
+        if set(sides) <= set(flops):
+            break
+    sync()
+    timed = [(t, s) for t, s in zip(times, sides) if s in flops]
+    return {"recipe": Path(recipe).stem, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "batch_size": cfg.optim.batch_size, "side": cfg.model.backbone.img_size,
+            "amp": bool(cfg.optim.amp) and dev.type == "cuda",
+            "step_ms": round(statistics.median(times) * 1e3, 1),
+            "gflop_per_step": round(statistics.median(flops[s] for _, s in timed) / 1e9, 1),
+            "tflops": round(statistics.median(flops[s] / t for t, s in timed) / 1e12, 3),
+            "peak_memory_gib": None if peak is None else round(peak, 2)}
+
+
 def _cpu_long_fraction(rounds: int) -> dict[str, float]:
     """``cpu_long``'s full training step against the GEMM rate measured here (module docstring)."""
     import torch
@@ -154,26 +226,10 @@ def _cpu_long_fraction(rounds: int) -> dict[str, float]:
 
     from benchmarks._products_alone import record_products, replay
     from benchmarks.relation_cpu import forward_flops
-    from relate.config import load_config
-    from relate.data.corpus import read_corpus
-    from relate.data.synthetic import SyntheticConfig
-    from relate.data.synthetic_corpus import write_corpus
-    from train_jobs.relation_config import TrainRelationConfig
-    from train_jobs.relation_data import DecodeStage, build_space
     from train_jobs.relation_worker import TrainRunner, _rung_side
 
     threads = os.cpu_count() or 2
-    recipe = CONFIG.parent / "cpu_long.yaml"
-    with tempfile.TemporaryDirectory() as d:
-        root = Path(d)
-        write_corpus(root, SyntheticConfig(num_scenes=16, coverage="full"))
-        cfg = load_config(TrainRelationConfig, recipe, [f"data.corpus_root={root}", f"data.cache_dir={root / 'cache'}",
-                                                        "data.decode_cache=false"])
-        space = build_space(cfg.data, cfg.model.text_dim)
-        stage = DecodeStage(cfg.model.backbone.img_size, cfg.data, space["forms"], space["categories"],
-                            seed=cfg.run.seed, sources=space["sources"], keep_aspect=cfg.model.backbone.keep_aspect)
-        rows = read_corpus(root, "train").slice(0, cfg.optim.batch_size)
-        batch = {k: torch.from_numpy(v) for k, v in stage(rows).items()}
+    cfg, space, batch = _recipe_batch(CONFIG.parent / "cpu_long.yaml")
     torch.set_num_threads(threads)
     runner = TrainRunner(cfg, space, cfg.optim.max_steps)
     step = lambda: runner.train_step(batch)["rung_side"]  # noqa: E731

@@ -11,6 +11,8 @@
 #      be in the Hugging Face cache unless SMOKE_ALLOW_DOWNLOAD=1 lets this step reach the hub.
 #   3. The relation model (released architecture, random weights) at batch 1 on the GPU, bf16,
 #      CUDA-event timed, against the paper's relation-head latency (seed 001, Table 34) for scale.
+#   3b. The released recipe's training step (batch 32 at 448 px, bf16 autocast, AdamW), median ms, counted
+#      GFLOP, TFLOP/s and peak memory (benchmarks.train_step.recipe_step_cost).
 #   4. tests/gpu, if it holds tests.
 # Exit status: 0 if nothing failed, 1 otherwise. Needs no network (step 2: see above).
 set -uo pipefail
@@ -84,6 +86,21 @@ print(f"relation model, batch 1, {side} px, 20 boxes, 128 pairs, 19,103 strings,
 assert torch.isfinite(out.l_pred.float()).all() and out.sampled.valid.sum() == 128, "non-finite or wrong pair count"
 EOF
 then report PASS "relation model latency on GPU"; else report FAIL "relation model latency on GPU"; fi
+
+# 3b. The released recipe's training step on the GPU ----------------------------------------------
+# benchmarks.train_step.recipe_step_cost: TrainRunner.train_step at released.yaml's batch, side, objective,
+# AdamW and bf16 autocast, on 32 scenes of the synthetic world; random backbone weights and MiniLM's bank
+# (no hub here, no distilled student: the step costs the same but for the bank's width, 384 against 512)
+if $PY - <<'EOF'
+from benchmarks.train_step import recipe_step_cost
+
+r = recipe_step_cost("train_jobs/configs/released.yaml", "cuda", overrides=[
+    "model.backbone.pretrained=false", "data.text_encoder=minilm", "model.text_dim=384", "data.source_scopes={}"])
+print(f"released recipe's training step, batch {r['batch_size']} at {r['side']} px, bf16 autocast {r['amp']}, on "
+      f"{r['device']}: median {r['step_ms']:.0f} ms, {r['gflop_per_step']:.0f} GFLOP counted, {r['tflops']:.1f} TFLOP/s, "
+      f"peak memory {r['peak_memory_gib']:.1f} GiB")
+EOF
+then report PASS "released recipe's training step on GPU"; else report FAIL "released recipe's training step on GPU"; fi
 
 # 4. GPU tests -----------------------------------------------------------------------------------
 if compgen -G "tests/gpu/test_*.py" >/dev/null; then
