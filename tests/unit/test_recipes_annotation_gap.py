@@ -1,5 +1,5 @@
 """The mechanisms that let a model trained on annotation learn what holds beyond it are on in the CPU
-recipes (the demo's and the 30-minute one) and the released one (issue 47): a user training on real
+recipes (the demo's and cpu_long) and the released one (issue 47): a user training on real
 VLM annotation gets them without knowing they exist.
 
 Each mechanism's own effect is tested where it lives (``test_relation_objective.py``: the gradient of
