@@ -16,12 +16,13 @@ products, convolutions) and the CPU attention kernels, whose work the counter ca
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from benchmarks._common import best_of
 
 __all__ = ["PRODUCT_OPS", "Product", "record_products", "replay", "replay_seconds"]
 
@@ -123,10 +124,4 @@ def replay(calls: list[Product]) -> Callable[[], None]:
 
 def replay_seconds(calls: list[Product], repeats: int = 3) -> float:
     """Best wall time of ``repeats`` rounds of ``replay(calls)``."""
-    once = replay(calls)
-    best = float("inf")
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        once()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_of(replay(calls), repeats)
