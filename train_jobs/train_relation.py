@@ -105,6 +105,8 @@ def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int
 
     import ray
 
+    from train_jobs.stream_pacing import paced
+
     per_step = cfg.optim.batch_size * cfg.run.num_workers
     order = epoch_order(len(table), math.ceil(total_steps * per_step / max(len(table), 1)), cfg.run.seed)
     order = order[min(max(start_step, 0) * per_step, len(order)):]
@@ -115,10 +117,12 @@ def train_dataset(cfg: TrainRelationConfig, table, space: dict, total_steps: int
                              override_num_blocks=max(1, math.ceil(len(order) / cfg.data.block_rows)))
     ds.set_name(f"{run_name('train', cfg.run.name)}-data")  # the Ray Data dashboard's name for the input stream
     stage_kwargs = {**decode_stage_kwargs(cfg, table, space), "cache": cache}
-    return ds.map_batches(DecodeStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
-                          batch_size=cfg.optim.batch_size,
-                          compute=ray.data.ActorPoolStrategy(size=cfg.data.decode_concurrency),
-                          num_cpus=cfg.data.decode_cpus)
+    # paced: once the queued blocks fill the object store budget, Ray 2.60's executor loop would spin
+    # on a core until the trainer reads (train_jobs/stream_pacing.py)
+    return paced(ds.map_batches(DecodeStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
+                                batch_size=cfg.optim.batch_size,
+                                compute=ray.data.ActorPoolStrategy(size=cfg.data.decode_concurrency),
+                                num_cpus=cfg.data.decode_cpus))
 
 
 @dataclass

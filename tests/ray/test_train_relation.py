@@ -155,8 +155,8 @@ def test_epoch_order_is_a_fresh_permutation_each_epoch_and_reproducible():
 def test_training_stream_holds_each_row_once_an_epoch_for_the_whole_run(ray_session, corpus, tmp_path):
     """The train job's own stream over a corpus: as many epochs as the run's steps need, each row
     exactly once an epoch (fingerprinted by its decoded boxes, so order does not matter), in blocks of
-    data.block_rows rather than one block of the whole table; the decode stage given row indices reads
-    the same rows as when given the rows themselves."""
+    data.block_rows rather than one block of the whole table, paced under output backpressure; the
+    decode stage given row indices reads the same rows as when given the rows themselves."""
     import math
     from collections import Counter
 
@@ -164,6 +164,7 @@ def test_training_stream_holds_each_row_once_an_epoch_for_the_whole_run(ray_sess
     import pyarrow as pa
 
     from train_jobs.relation_data import DecodeStage, build_space, training_table
+    from train_jobs.stream_pacing import PaceUnderOutputBackpressure
     from train_jobs.train_relation import train_dataset
 
     cfg = _cfg(corpus, tmp_path, "stream")
@@ -174,6 +175,7 @@ def test_training_stream_holds_each_row_once_an_epoch_for_the_whole_run(ray_sess
     epochs = math.ceil(steps * cfg.optim.batch_size * cfg.run.num_workers / len(table))
     assert epochs >= 2
     ds = train_dataset(cfg, table, space, steps)
+    assert PaceUnderOutputBackpressure in ds.context.custom_execution_callback_classes  # tests/ray/test_stream_pacing.py
     batches = list(ds.iter_batches(batch_size=None, batch_format="numpy"))
     assert len(batches) > 1 and max(len(b["boxes"]) for b in batches) <= 8  # blocks of block_rows
     got = Counter(b.tobytes() for batch in batches for b in batch["boxes"])
