@@ -182,7 +182,6 @@ def recipe_step_cost(recipe: str | Path, device: str = "cuda", steps: int = 10, 
     weights (the machine has no hub; a step costs the same)."""
     import torch
 
-    from benchmarks.relation_cpu import forward_flops
     from train_jobs.relation_worker import TrainRunner
 
     dev = torch.device(device)
@@ -201,13 +200,7 @@ def recipe_step_cost(recipe: str | Path, device: str = "cuda", steps: int = 10, 
         sync()
         times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated(dev) / 2 ** 30 if dev.type == "cuda" else None
-    flops: dict[int, float] = {}
-    for _ in range(40):  # each scale rung the timed steps drew, counted once
-        got: dict = {}
-        count = forward_flops(lambda: got.setdefault("side", runner.train_step(batch)["rung_side"]))
-        flops.setdefault(got["side"], count)
-        if set(sides) <= set(flops):
-            break
+    flops = _per_rung(lambda: _counted(lambda: runner.train_step(batch)["rung_side"]), sides)  # the rungs timed
     sync()
     timed = [(t, s) for t, s in zip(times, sides) if s in flops]
     return {"recipe": Path(recipe).stem, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -219,13 +212,39 @@ def recipe_step_cost(recipe: str | Path, device: str = "cuda", steps: int = 10, 
             "peak_memory_gib": None if peak is None else round(peak, 2)}
 
 
+def _per_rung(measure, needed, tries: int = 40) -> dict:
+    """``measure()`` -> (the side of the scale rung its step drew, a value), called until each side in
+    ``needed`` has its first value (a step draws its rung at random; ``tries`` steps at most)."""
+    out: dict = {}
+    for _ in range(tries):
+        side, value = measure()
+        out.setdefault(side, value)
+        if set(needed) <= set(out):
+            break
+    return out
+
+
+def _counted(step, decomposed: bool = True) -> tuple[int, int]:
+    """(the rung ``step()`` drew, its FLOPs by ``benchmarks.relation_cpu.forward_flops``)."""
+    from benchmarks.relation_cpu import forward_flops
+
+    got: dict = {}
+    count = forward_flops(lambda: got.setdefault("side", step()), decomposed)
+    return got["side"], count
+
+
+def _replayable(step) -> tuple:
+    """(the rung ``step()`` drew, a function that replays its products alone: ``benchmarks._products_alone``)."""
+    from benchmarks._products_alone import record_products, replay
+
+    side, calls = record_products(step)
+    return side, replay(calls)
+
+
 def _cpu_long_fraction(rounds: int) -> dict[str, float]:
     """``cpu_long``'s full training step against the GEMM rate measured here (module docstring)."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
-    from benchmarks._products_alone import record_products, replay
-    from benchmarks.relation_cpu import forward_flops
     from train_jobs.relation_worker import TrainRunner, _rung_side
 
     threads = os.cpu_count() or 2
@@ -234,27 +253,9 @@ def _cpu_long_fraction(rounds: int) -> dict[str, float]:
     runner = TrainRunner(cfg, space, cfg.optim.max_steps)
     step = lambda: runner.train_step(batch)["rung_side"]  # noqa: E731
     sides = {_rung_side(cfg.model.backbone.img_size, r, runner.raw.preprocessing.patch_size) for r in cfg.data.rungs}
-    flops: dict[int, float] = {}
-    fused: dict[int, float] = {}
-    for _ in range(40):  # count each scale rung's step once (a step draws its rung), attention included
-        got: dict = {}
-        count = forward_flops(lambda: got.setdefault("side", step()))
-        flops.setdefault(got["side"], count)
-        if set(flops) == sides:
-            break
-    for _ in range(40):  # what the counter sees on the fused kernels as the step runs them (attention: nothing)
-        counter = FlopCounterMode(display=False)
-        with counter:
-            side = step()
-        fused.setdefault(side, counter.get_total_flops())
-        if set(fused) == sides:
-            break
-    alone: dict = {}
-    for _ in range(40):  # each rung's products and attention kernels, ready to replay alone at their own shapes
-        side, calls = record_products(step)
-        alone.setdefault(side, replay(calls))
-        if set(alone) == sides:
-            break
+    flops = _per_rung(lambda: _counted(step), sides)  # attention included
+    fused = _per_rung(lambda: _counted(step, decomposed=False), sides)  # as the fused kernels run (attention: 0)
+    alone = _per_rung(lambda: _replayable(step), sides)  # the products and attention kernels, to replay alone
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(GEMM_N, GEMM_N, generator=g), torch.randn(GEMM_N, GEMM_N, generator=g)
     out = torch.empty(GEMM_N, GEMM_N)

@@ -59,6 +59,12 @@ def _rois(boxes: torch.Tensor) -> torch.Tensor:
     return torch.cat([idx, boxes.reshape(b * n, 4)], dim=1)
 
 
+def _point_samples(images: torch.Tensor, boxes: torch.Tensor, samples: int) -> torch.Tensor:
+    """(B * N, C, samples, samples): each box's bilinear samples, one at each sub-cell's centre."""
+    return roi_align(images, _rois(boxes).to(images.dtype), (samples, samples), spatial_scale=1.0, sampling_ratio=1,
+                     aligned=True)
+
+
 def region_cells(pixels: torch.Tensor, boxes: torch.Tensor, cells: int) -> torch.Tensor:
     """pixels (B, C, H, W); boxes (B, N, 4) in pixels of that image -> (B, N, C * cells * cells):
     the mean of each of the box's cells x cells sub-rectangles (roi_align's adaptive sampling: about one
@@ -77,8 +83,7 @@ def colour_weights(images: torch.Tensor, boxes: torch.Tensor, bins: int,
     max(0, 1 - |v - c_l| * bins), renormalised (a value beyond the outer centres belongs wholly to the
     outer level)."""
     b, n = boxes.shape[:2]
-    pts = roi_align(images, _rois(boxes).to(images.dtype), (samples, samples), spatial_scale=1.0, sampling_ratio=1,
-                    aligned=True)  # (B*N, 3, s, s)
+    pts = _point_samples(images, boxes, samples)  # (B*N, 3, s, s)
     v = pts.flatten(2).transpose(1, 2).clamp(0, 1)  # (B*N, S, 3)
     centres = (torch.arange(bins, device=images.device, dtype=images.dtype) + 0.5) / bins
     w = (1 - (v[..., None] - centres).abs() * bins).clamp(min=0)  # (B*N, S, 3, bins)
@@ -111,8 +116,7 @@ def colour_corners(images: torch.Tensor, boxes: torch.Tensor, bins: int,
     step) and most of its time. Samples are the last, contiguous axis, so every element-wise op runs
     along them."""
     b, n = boxes.shape[:2]
-    pts = roi_align(images, _rois(boxes).to(images.dtype), (samples, samples), spatial_scale=1.0, sampling_ratio=1,
-                    aligned=True)  # (B*N, 3, s, s)
+    pts = _point_samples(images, boxes, samples)  # (B*N, 3, s, s)
     x = (pts.flatten(2).clamp(0, 1) * bins - 0.5).clamp(0, bins - 1)  # (B*N, 3, S) in level units
     lo = x.floor().clamp(max=max(bins - 2, 0))
     up = x - lo  # the upper level's weight (0 with one level)
