@@ -415,9 +415,9 @@ def plot_curves(rows: Sequence[dict], sources: Sequence[str], x: str, path: Path
 def main(cfg: LearningCurveConfig) -> LearningCurveResult:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import ray
 
     from relate.config import dump_config
+    from train_jobs.local_ray import init_ray
 
     out = Path(cfg.out_dir)
     (out / "scores").mkdir(parents=True, exist_ok=True)
@@ -436,8 +436,7 @@ def main(cfg: LearningCurveConfig) -> LearningCurveResult:
             else:
                 missing.append((source, seed, kept, settings))
     _require_inputs(cfg, missing)  # before Ray starts
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, configure_logging=False)
+    init_ray()  # the cluster RAY_ADDRESS names, or a local instance (train_jobs.local_ray)
     for (source, seed, kept, settings), run_rows in _train_missing(cfg, missing):
         tmp = kept.with_suffix(".tmp")
         tmp.write_text(json.dumps({"settings": settings, "rows": run_rows}, indent=1))

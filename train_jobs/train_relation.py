@@ -200,8 +200,9 @@ def _absolute_data_paths(cfg: TrainRelationConfig) -> TrainRelationConfig:
 
 def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     """Train, then (optionally) evaluate the final checkpoint and the frequency baseline on test."""
-    import ray
     from pyarrow import fs as pafs
+
+    from train_jobs.local_ray import init_ray
 
     require_corpus(cfg.data.corpus_root, "training corpus (data.corpus_root)", splits=["train"])
     # the loop validates every run.val_every steps and always at the last one: refused now, not after training
@@ -215,8 +216,7 @@ def main(cfg: TrainRelationConfig) -> TrainRelationResult:
     cfg = _absolute_data_paths(cfg)
     state = plan_run(cfg)
     cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"name": state.name, "unique_name": False})})
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, configure_logging=False)
+    init_ray()  # the cluster RAY_ADDRESS names, or a local instance (train_jobs.local_ray)
     t0 = time.perf_counter()
     trainer = build_trainer(cfg)  # refuses to resume a run that already reached its last step
     if state.step is None:
