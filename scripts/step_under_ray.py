@@ -1,12 +1,15 @@
 """The same ``cpu_long`` training step timed in a plain process, in a Ray task and in a Ray Train worker.
 
-    python -m scripts.step_under_ray                  # the three places in turn, two rounds
+    python -m scripts.step_under_ray                  # the four places in turn, two rounds
     python -m scripts.step_under_ray --rounds 3 --steps 40
+
+``ray_train_job`` is the Ray Train worker on a local instance started as the training jobs start it
+(``train_jobs.local_ray.init_ray``: the placement-group cleaner's state API warnings dropped).
 
 Each place runs ``TrainRunner.train_step`` on one decoded batch of 16 scenes of a full-truth world
 (``benchmarks.train_step._recipe_batch``: the recipe's side, objective and optimiser), two torch
 threads, the same seed and so the same scale rungs, in a fresh process of its own (a fresh local
-Ray instance for the two under Ray; no Ray Data stream in any of them). Per place: the median step
+Ray instance for each place under Ray; no Ray Data stream in any of them). Per place: the median step
 time at each rung, the mean, and the step's CPU time over its wall time (2.0 when both threads
 compute throughout). ``benchmarks.train_step`` compares the step in process with the real job
 (``cpu_long_step_ms`` against ``cpu_long_compute_s_per_step``); this script says which layer the
@@ -23,7 +26,7 @@ import subprocess
 import sys
 import time
 
-PLACES = ("process", "ray_task", "ray_train")
+PLACES = ("process", "ray_task", "ray_train", "ray_train_job")
 
 
 def _timed(steps: int) -> dict:
@@ -61,7 +64,12 @@ def _one(place: str, steps: int) -> dict:
         return _timed(steps)
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    if place == "ray_train_job":  # Ray as the training jobs start it (train_jobs.local_ray)
+        from train_jobs.local_ray import init_ray
+
+        init_ray()
+    else:
+        ray.init(include_dashboard=False, configure_logging=False)
     try:
         if place == "ray_task":
             return ray.get(ray.remote(num_cpus=1)(_timed).remote(steps))
@@ -83,7 +91,7 @@ def _one(place: str, steps: int) -> dict:
 
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of the three places (default 2)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the four places (default 2)")
     ap.add_argument("--steps", type=int, default=24, help="timed steps in each place (default 24)")
     ap.add_argument("--one", choices=PLACES, help=argparse.SUPPRESS)  # a single place, in this process
     args = ap.parse_args(argv)
