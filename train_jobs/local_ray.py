@@ -1,6 +1,6 @@
 """Ray for a training job: the cluster it was submitted to, or a local instance it starts itself.
 
-The local instance (a workstation, CI, ``make demo``) runs without Ray's dashboard: on a two-core
+The local instance (a workstation, CI) runs without Ray's dashboard: on a two-core
 machine every process beside the step takes from it. Without the dashboard Ray's state API has
 nothing to answer, and Ray Train 2's placement-group cleaner (a detached actor that asks the state
 API every second whether the run's controller still lives, to release the run's resources if it
@@ -37,7 +37,9 @@ def quiet_state_api_misses() -> None:
 
 def init_ray() -> None:
     """Connect to Ray: the cluster ``RAY_ADDRESS`` names, or a new local instance without a dashboard
-    whose workers run ``quiet_state_api_misses``. Nothing when Ray is already initialised."""
+    whose workers run ``quiet_state_api_misses`` (``ray.init`` joins a local instance already
+    running instead, and the hook then applies to this job's workers only). Nothing when Ray is
+    already initialised in this process."""
     import ray
 
     if ray.is_initialized():
