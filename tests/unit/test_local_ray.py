@@ -2,8 +2,8 @@
 the state API could not be asked, and nothing else from that logger or any other.
 
 The message and the logger name are Ray Train 2's own (``placement_group_cleaner.py``); the Ray test
-``tests/ray/test_local_ray.py`` shows the warning on a real local instance and its absence with the
-hook."""
+``tests/ray/test_jobs_local_ray_instance.py`` shows the warning on a real local instance and its
+absence with the hook."""
 
 from __future__ import annotations
 
