@@ -44,8 +44,6 @@ def init_ray() -> None:
 
     if ray.is_initialized():
         return
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(include_dashboard=False, configure_logging=False)
-        return
+    local = not os.environ.get("RAY_ADDRESS")
     ray.init(include_dashboard=False, configure_logging=False,
-             runtime_env={"worker_process_setup_hook": f"{__name__}.quiet_state_api_misses"})
+             runtime_env={"worker_process_setup_hook": f"{__name__}.quiet_state_api_misses"} if local else None)
