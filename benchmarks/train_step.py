@@ -37,6 +37,14 @@ Figures:
   products, convolutions and attention kernels replayed alone at their shapes and layouts
   (``benchmarks._products_alone``; ``cpu_long_products_ms``): the fraction the step would reach if
   every other op took no time, the ceiling its shapes put on ``train_fraction_of_peak``.
+* ``cpu_long_pinned_ms``: the step's time in the elementwise kernels whose results the fixed-seed step
+  test (``tests/unit/test_step_numerics.py``) holds and which have no cheaper form computing the same
+  numbers (``PINNED_OPS``: dropout's mask draws from the generator's stream, GELU's erf, the layer
+  normalisations, the softmaxes, the fused AdamW), read from torch's profiler over single steps (the
+  median). ``cpu_long_floor_ms`` adds the products alone, and ``train_floor_fraction_of_peak`` is the
+  counted FLOPs over that floor, over the round's GEMM rate: what ``train_fraction_of_peak`` could reach
+  while the step computes the numbers it computes now, with every other op (copies, indexing, the
+  objective's bookkeeping, ``roi_align``) taking no time at all.
 
 The predicate space is the training job's own (``train_jobs.relation_data.build_space`` on a
 small corpus of the positive-unlabeled synthetic world, ``pipelines/configs/synthetic_pu.yaml``:
@@ -241,6 +249,27 @@ def _replayable(step) -> tuple:
     return side, replay(calls)
 
 
+# Elementwise kernels whose outputs the fixed-seed step test holds, with no cheaper form of the same numbers:
+# dropout's masks are the CPU generator's stream drawn in order, GELU is the exact (erf) form, and the
+# normalisations, softmaxes and AdamW's update are one fused kernel each already.
+PINNED_OPS = ("aten::bernoulli_", "aten::gelu", "aten::gelu_backward", "aten::native_layer_norm",
+              "aten::native_layer_norm_backward", "aten::_softmax", "aten::_softmax_backward_data",
+              "aten::_fused_adamw_")
+
+
+def pinned_ms(step, steps: int) -> list[float]:
+    """Milliseconds of each of ``steps`` calls of ``step()`` spent in ``PINNED_OPS`` (self time, torch's
+    profiler; an op's intra-op threads run inside its own time on the calling thread)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = []
+    for _ in range(steps):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        out.append(sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in PINNED_OPS) / 1e3)
+    return out
+
+
 def _cpu_long_fraction(rounds: int) -> dict[str, float]:
     """``cpu_long``'s full training step against the GEMM rate measured here (module docstring)."""
     import torch
@@ -285,7 +314,11 @@ def _cpu_long_fraction(rounds: int) -> dict[str, float]:
         raise RuntimeError(f"no timed step drew a rung whose FLOPs were counted (counted {sorted(flops)}, "
                            f"replayable {sorted(alone)})")
     med = statistics.median
+    pinned = med(pinned_ms(step, max(rounds, 6))) / 1e3
     return {"train_fraction_of_peak": round(med(flops[s] / t / r for t, _, r, s in rows), 3),
+            "train_floor_fraction_of_peak": round(med(flops[s] / (u + pinned) / r for _, u, r, s in rows), 3),
+            "cpu_long_pinned_ms": round(pinned * 1e3, 1),
+            "cpu_long_floor_ms": round((med(u for _, u, _, _ in rows) + pinned) * 1e3, 1),
             "cpu_long_gflop_per_s": round(med(flops[s] / t for t, _, _, s in rows) / 1e9, 1),
             "train_products_fraction_of_peak": round(med(flops[s] / u / r for _, u, r, s in rows), 3),
             "cpu_long_products_ms": round(med(u for _, u, _, _ in rows) * 1e3, 1),
