@@ -44,7 +44,8 @@ Figures:
   median). ``cpu_long_floor_ms`` adds the products alone, and ``train_floor_fraction_of_peak`` is the
   counted FLOPs over that floor, over the round's GEMM rate: what ``train_fraction_of_peak`` could reach
   while the step computes the numbers it computes now, with every other op (copies, indexing, the
-  objective's bookkeeping, ``roi_align``) taking no time at all.
+  objective's bookkeeping, ``roi_align``) taking no time at all. ``cpu_long_floor_min``: the recipe's
+  ``max_steps`` at that floor, in minutes, before validation, checkpoints and Ray Train.
 
 The predicate space is the training job's own (``train_jobs.relation_data.build_space`` on a
 small corpus of the positive-unlabeled synthetic world, ``pipelines/configs/synthetic_pu.yaml``:
@@ -319,6 +320,8 @@ def _cpu_long_fraction(rounds: int) -> dict[str, float]:
             "train_floor_fraction_of_peak": round(med(flops[s] / (u + pinned) / r for _, u, r, s in rows), 3),
             "cpu_long_pinned_ms": round(pinned * 1e3, 1),
             "cpu_long_floor_ms": round((med(u for _, u, _, _ in rows) + pinned) * 1e3, 1),
+            # the recipe's steps at that floor, nothing else counted (no validation, checkpoints or Ray)
+            "cpu_long_floor_min": round((med(u for _, u, _, _ in rows) + pinned) * cfg.optim.max_steps / 60, 1),
             "cpu_long_gflop_per_s": round(med(flops[s] / t for t, _, _, s in rows) / 1e9, 1),
             "train_products_fraction_of_peak": round(med(flops[s] / u / r for _, u, r, s in rows), 3),
             "cpu_long_products_ms": round(med(u for _, u, _, _ in rows) * 1e3, 1),
