@@ -38,8 +38,8 @@ Figures:
   (``benchmarks._products_alone``; ``cpu_long_products_ms``): the fraction the step would reach if
   every other op took no time, the ceiling its shapes put on ``train_fraction_of_peak``.
 * ``cpu_long_pinned_ms``: the step's time in the elementwise kernels whose results the fixed-seed step
-  test (``tests/unit/test_step_numerics.py``) holds and which have no cheaper form computing the same
-  numbers (``PINNED_OPS``: dropout's mask draws from the generator's stream, GELU's erf, the layer
+  test (``tests/unit/test_step_numerics.py``) holds and for which torch has no cheaper kernel of the
+  same numbers (``PINNED_OPS``: dropout's mask draws from the generator's stream, GELU's erf, the layer
   normalisations, the softmaxes, the fused AdamW), read from torch's profiler over single steps (the
   median). ``cpu_long_floor_ms`` adds the products alone, and ``train_floor_fraction_of_peak`` is the
   counted FLOPs over that floor, over the round's GEMM rate: what ``train_fraction_of_peak`` could reach
@@ -250,7 +250,7 @@ def _replayable(step) -> tuple:
     return side, replay(calls)
 
 
-# Elementwise kernels whose outputs the fixed-seed step test holds, with no cheaper form of the same numbers:
+# Elementwise kernels whose outputs the fixed-seed step test holds, with no cheaper torch kernel of the same numbers:
 # dropout's masks are the CPU generator's stream drawn in order, GELU is the exact (erf) form, and the
 # normalisations, softmaxes and AdamW's update are one fused kernel each already.
 PINNED_OPS = ("aten::bernoulli_", "aten::gelu", "aten::gelu_backward", "aten::native_layer_norm",
@@ -316,12 +316,13 @@ def _cpu_long_fraction(rounds: int) -> dict[str, float]:
                            f"replayable {sorted(alone)})")
     med = statistics.median
     pinned = med(pinned_ms(step, max(rounds, 6))) / 1e3
+    floor = med(u for _, u, _, _ in rows) + pinned  # the products alone plus the pinned kernels, seconds
     return {"train_fraction_of_peak": round(med(flops[s] / t / r for t, _, r, s in rows), 3),
             "train_floor_fraction_of_peak": round(med(flops[s] / (u + pinned) / r for _, u, r, s in rows), 3),
             "cpu_long_pinned_ms": round(pinned * 1e3, 1),
-            "cpu_long_floor_ms": round((med(u for _, u, _, _ in rows) + pinned) * 1e3, 1),
+            "cpu_long_floor_ms": round(floor * 1e3, 1),
             # the recipe's steps at that floor, nothing else counted (no validation, checkpoints or Ray)
-            "cpu_long_floor_min": round((med(u for _, u, _, _ in rows) + pinned) * cfg.optim.max_steps / 60, 1),
+            "cpu_long_floor_min": round(floor * cfg.optim.max_steps / 60, 1),
             "cpu_long_gflop_per_s": round(med(flops[s] / t for t, _, _, s in rows) / 1e9, 1),
             "train_products_fraction_of_peak": round(med(flops[s] / u / r for _, u, r, s in rows), 3),
             "cpu_long_products_ms": round(med(u for _, u, _, _ in rows) * 1e3, 1),
