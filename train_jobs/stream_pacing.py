@@ -8,7 +8,9 @@ Train's split coordinator) runs without pause until the trainer reads a block: o
 Nothing can move in that state until the consumer reads, and it has the queued blocks to read, so
 ``PaceUnderOutputBackpressure`` sleeps ``PAUSE_S`` after each loop step that left an operator's
 output held back. The executor's own wait is 0.1 s when its tasks are busy; the pause bounds the
-loop to about 20 steps a second while it has nothing to do.
+loop to about 20 steps a second while it has nothing to do. It also pauses at the start of an
+execution, before Ray Data's autoscaling coordinator has granted it resources: the limits read zero
+then, outputs are held back with any budget, and only Ray Data's liveness dispatch moves the stream.
 
 It reads two attributes of Ray Data's executor (its topology, each operator's output backpressure
 flag) that are not public API; where a Ray version lacks them, it does nothing.
